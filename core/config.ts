@@ -1,0 +1,291 @@
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { SeveritySchema } from './alert.ts';
+import type { ChannelCommon } from './contracts.ts';
+import { duration } from './duration.ts';
+import { AppError } from './errors.ts';
+import type { Registry } from './registry.ts';
+
+export const DEFAULT_CONFIG_PATH = resolve(dirname(fileURLToPath(import.meta.url)), '../config/default.yaml');
+
+// Sections owned by the core. Plugin sections (detectors, modes, channel options)
+// are composed in from the registry by rootSchema().
+export const ServerSchema = z.strictObject({
+  host: z.string().min(1).default('127.0.0.1'),
+  port: z.number().int().min(0).max(65535).default(7411),
+  /** Env var holding the admin token; required on mutating admin routes and off loopback. */
+  admin_token_env: z.string().min(1).default('VIGIL_ADMIN_TOKEN'),
+  body_limit_bytes: z.number().int().positive().default(262_144),
+});
+
+export const StoreSchema = z.strictObject({
+  /** auto: Redis when a Redis URL is configured (redis_url or the redis_url_env variable), else memory. */
+  backend: z.enum(['auto', 'memory', 'redis']).default('auto'),
+  /** Env var holding the Redis URL (it may carry a password, so not in config by default). */
+  redis_url_env: z.string().min(1).default('REDIS_URL'),
+  redis_url: z.string().min(1).optional(),
+  key_prefix: z
+    .string()
+    .regex(/^[A-Za-z0-9:_{}.-]+$/)
+    .default('vigil'),
+});
+
+const RateLimitSchema = z.strictObject({
+  max: z.number().int().positive().default(10),
+  window: duration().prefault('10m'),
+});
+
+export const ChannelCommonSchema = z.strictObject({
+  name: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'lowercase letters, digits, - and _'),
+  type: z.string().min(1),
+  enabled: z.boolean().default(true),
+  min_severity: SeveritySchema.default('warning'),
+  resolve_messages: z.boolean().default(true),
+  rate_limit: RateLimitSchema.prefault({}),
+  quiet_window: duration().prefault('5m'),
+});
+const COMMON_KEYS = new Set(Object.keys(ChannelCommonSchema.shape));
+
+export const NotificationsCoreSchema = {
+  /** Abort a delivery attempt after this long; it is then retried once. */
+  delivery_timeout: duration().prefault('10s'),
+  /** Wait before the single retry. */
+  retry_delay: duration().prefault('2s'),
+  /** Delivery log entries kept (successes and failures). */
+  log_size: z.number().int().positive().default(500),
+  /** Parallel deliveries per channel (across instances with Redis); 1 keeps each incident's messages in order. */
+  concurrency: z.number().int().positive().max(64).default(1),
+  /** BullMQ job lock; a worker that dies mid-delivery loses its lock after this and the job runs again. */
+  lock_duration: duration().prefault('30s'),
+  /** How often BullMQ looks for jobs whose worker died. */
+  stalled_interval: duration().prefault('30s'),
+};
+
+export const LocalComputeSchema = z.strictObject({
+  /** Master switch for local inference (the watchdog's second opinion). */
+  enabled: z.boolean().default(false),
+});
+
+export type ChannelEntry = ChannelCommon & { options: Record<string, unknown> };
+
+/** Builds the root schema from what is registered: one source of truth for config, knobs and the API. */
+export function rootSchema(registry: Registry) {
+  const channelEntry = z.unknown().transform((raw, ctx): ChannelEntry => {
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+      ctx.addIssue({ code: 'custom', message: 'expected a channel object' });
+      return z.NEVER;
+    }
+    const entry = raw as Record<string, unknown>;
+    const type = entry.type;
+    if (typeof type !== 'string' || !registry.channels.has(type)) {
+      const known = registry.channelTypes().join(', ');
+      ctx.addIssue({
+        code: 'custom',
+        path: ['type'],
+        message:
+          typeof type === 'string'
+            ? `unknown channel type "${type}" (known: ${known})`
+            : `missing channel type (known: ${known})`,
+      });
+      return z.NEVER;
+    }
+    const common: Record<string, unknown> = {};
+    const rest: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(entry)) (COMMON_KEYS.has(k) ? common : rest)[k] = v;
+    const c = ChannelCommonSchema.safeParse(common);
+    const plugin = registry.channels.get(type)!;
+    const o = plugin.options.safeParse(rest);
+    for (const r of [c, o]) {
+      if (!r.success) for (const issue of r.error.issues) ctx.addIssue({ ...issue, path: issue.path } as never);
+    }
+    if (!c.success || !o.success) return z.NEVER;
+    return { ...(c.data as ChannelCommon), options: o.data as Record<string, unknown> };
+  });
+
+  const detectorSections: Record<string, z.ZodType> = {};
+  for (const d of registry.detectors.values()) detectorSections[d.section] = d.options.prefault({});
+  const modeSections: Record<string, z.ZodType> = {};
+  for (const m of registry.modes.values()) modeSections[m.type] = m.options.prefault({});
+
+  return z
+    .strictObject({
+      server: ServerSchema.prefault({}),
+      store: StoreSchema.prefault({}),
+      notifications: z
+        .strictObject({
+          ...NotificationsCoreSchema,
+          channels: z.array(channelEntry).default([]),
+        })
+        .prefault({}),
+      local_compute: LocalComputeSchema.prefault({}),
+      modes: z.strictObject(modeSections).prefault({}),
+      ...detectorSections,
+    })
+    .superRefine((cfg, ctx) => {
+      const seen = new Set<string>();
+      cfg.notifications.channels.forEach((ch, i) => {
+        if (seen.has(ch.name)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['notifications', 'channels', i, 'name'],
+            message: `duplicate channel name "${ch.name}"`,
+          });
+        }
+        seen.add(ch.name);
+      });
+    });
+}
+
+export type VigilConfig = z.output<ReturnType<typeof rootSchema>> & Record<string, any>;
+
+/** `a.b[1].c` from a zod path. */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
+  return out || '(root)';
+}
+
+export function formatIssues(issues: readonly z.core.$ZodIssue[]): string[] {
+  const out: string[] = [];
+  for (const i of issues) {
+    if (i.code === 'unrecognized_keys') {
+      for (const k of i.keys) out.push(`${formatPath([...i.path, k])}: unknown key`);
+    } else if (i.code === 'invalid_union' && 'errors' in i && i.errors.length) {
+      out.push(`${formatPath(i.path)}: ${i.message}`);
+    } else {
+      out.push(`${formatPath(i.path)}: ${i.message}`);
+    }
+  }
+  return out;
+}
+
+/** Deep merge for the overlay: objects merge key by key, arrays and scalars replace. */
+export function mergeConfig(base: unknown, overlay: unknown): unknown {
+  if (overlay === undefined) return base;
+  if (
+    base &&
+    overlay &&
+    typeof base === 'object' &&
+    typeof overlay === 'object' &&
+    !Array.isArray(base) &&
+    !Array.isArray(overlay)
+  ) {
+    const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
+    for (const [k, v] of Object.entries(overlay as Record<string, unknown>)) out[k] = mergeConfig(out[k], v);
+    return out;
+  }
+  return overlay;
+}
+
+function readYaml(path: string, what: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new AppError('CONFIG_INVALID', `${what} ${path}: cannot read (${(e as NodeJS.ErrnoException).code ?? e})`);
+  }
+  try {
+    return parseYaml(text) ?? {};
+  } catch (e) {
+    throw new AppError('CONFIG_INVALID', `${what} ${path}: not valid YAML: ${(e as Error).message.split('\n')[0]}`);
+  }
+}
+
+export interface LoadOptions {
+  registry: Registry;
+  /** Overlay file; defaults to $VIGIL_CONFIG when set. */
+  file?: string;
+  /** An overlay object (embedding, tests); applied after the file. */
+  overlay?: unknown;
+  env?: NodeJS.ProcessEnv;
+  /** Skip config/default.yaml (the schema defaults still apply). */
+  noDefaults?: boolean;
+}
+
+export class ConfigError extends AppError {
+  constructor(readonly problems: string[]) {
+    super('CONFIG_INVALID', `invalid config:\n  ${problems.join('\n  ')}`);
+  }
+}
+
+/**
+ * Loads config/default.yaml, the overlay file and object, validates the whole tree
+ * strictly, and checks that every secret an enabled channel names is set. Nothing is
+ * returned half-valid: any problem throws ConfigError listing every path at fault.
+ */
+export function loadConfig(opts: LoadOptions): Readonly<VigilConfig> {
+  const env = opts.env ?? process.env;
+  let raw: unknown = opts.noDefaults ? {} : readYaml(DEFAULT_CONFIG_PATH, 'default config');
+  const file = opts.file ?? env.VIGIL_CONFIG;
+  if (file) raw = mergeConfig(raw, readYaml(file, 'config'));
+  if (opts.overlay !== undefined) raw = mergeConfig(raw, opts.overlay);
+  return validateConfig(opts.registry, raw, env);
+}
+
+export function validateConfig(registry: Registry, raw: unknown, env: NodeJS.ProcessEnv = process.env): VigilConfig {
+  const r = rootSchema(registry).safeParse(raw ?? {});
+  if (!r.success) throw new ConfigError(formatIssues(r.error.issues));
+  const cfg = r.data as VigilConfig;
+  const missing: string[] = [];
+  cfg.notifications.channels.forEach((ch, i) => {
+    if (!ch.enabled) return;
+    const plugin = registry.channel(ch.type);
+    for (const { key, name } of secretRefs(plugin, ch.options)) {
+      if (!env[name]) {
+        missing.push(
+          `notifications.channels[${i}].${key}: environment variable ${name} is not set (channel "${ch.name}")`,
+        );
+      }
+    }
+  });
+  if (missing.length) throw new ConfigError(missing);
+  return deepFreeze(cfg);
+}
+
+/** The env var names an entry refers to: every `*_env` option, plus what the plugin declares. */
+export function secretRefs(
+  plugin: { secrets?(o: any): string[] },
+  options: Record<string, unknown>,
+): { key: string; name: string }[] {
+  const out: { key: string; name: string }[] = [];
+  for (const [k, v] of Object.entries(options))
+    if (k.endsWith('_env') && typeof v === 'string') out.push({ key: k, name: v });
+  for (const name of plugin.secrets?.(options) ?? [])
+    if (!out.some((o) => o.name === name)) out.push({ key: 'secrets', name });
+  return out;
+}
+
+const SECRET_KEY = /(secret|token|password|passwd|api[_-]?key|routing[_-]?key|authorization|auth)$/i;
+
+/** The effective config for display: secret-looking values and auth headers masked; `*_env` names kept. */
+export function redactConfig(cfg: unknown): unknown {
+  const walk = (v: unknown, key: string): unknown => {
+    if (Array.isArray(v)) return v.map((x) => walk(x, key));
+    if (v && typeof v === 'object') {
+      const o: Record<string, unknown> = {};
+      for (const [k, x] of Object.entries(v)) o[k] = walk(x, k);
+      return o;
+    }
+    if (typeof v === 'string' && !key.endsWith('_env') && SECRET_KEY.test(key)) return '[REDACTED]';
+    if (typeof v === 'string' && /^[a-z]+:\/\/[^/\s]*@/i.test(v)) return v.replace(/\/\/[^/@\s]*@/, '//[REDACTED]@');
+    return v;
+  };
+  return walk(cfg, '');
+}
+
+/** Flattens channel entries back to the shape an operator writes (for display). */
+export function displayConfig(cfg: VigilConfig): unknown {
+  const channels = cfg.notifications.channels.map(({ options, ...common }) => ({ ...common, ...options }));
+  return redactConfig({ ...cfg, notifications: { ...cfg.notifications, channels } });
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}

@@ -1,0 +1,124 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Queue, UnrecoverableError, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { Logger } from '../logger.ts';
+import { type Deliverer, type DeliverJob, MAX_ATTEMPTS } from './deliverer.ts';
+import type { AlertQueue, QueueTiming } from './queue.ts';
+
+export interface BullQueueOptions extends QueueTiming {
+  url: string;
+  /** Key prefix (BullMQ's own `prefix`; ioredis keyPrefix is not supported by BullMQ). */
+  prefix: string;
+  logger: Logger;
+}
+
+const COUNT_STATES = ['wait', 'active', 'delayed', 'prioritized', 'waiting-children'] as const;
+
+/**
+ * BullMQ on ioredis: durable across a crash or a Redis restart (with persistence).
+ * One queue per channel; the job id is the transition's identity, so a second enqueue
+ * of the same transition is ignored while the job is kept (completed jobs are kept a
+ * day for exactly this). A worker killed mid-delivery loses its lock and the job runs
+ * again on the next worker (at least once).
+ */
+export class BullQueue implements AlertQueue {
+  readonly kind = 'bullmq' as const;
+  private readonly producer: Redis;
+  private readonly queues = new Map<string, Queue>();
+  private readonly workers: Worker[] = [];
+
+  constructor(private readonly o: BullQueueOptions) {
+    // Producers fail fast when Redis is down instead of buffering forever.
+    this.producer = new Redis(o.url, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
+    this.producer.on('error', (err) => o.logger.warn({ err: err.message }, 'redis (queue producer) error'));
+  }
+
+  private queue(channel: string): Queue {
+    let q = this.queues.get(channel);
+    if (!q) {
+      q = new Queue(queueName(channel), { connection: this.producer, prefix: this.o.prefix });
+      q.on('error', (err) => this.o.logger.warn({ err: err.message, channel }, 'queue error'));
+      this.queues.set(channel, q);
+    }
+    return q;
+  }
+
+  async enqueue(job: DeliverJob): Promise<boolean> {
+    const q = this.queue(job.channel);
+    // Both commands go out on one connection back to back (one round trip), so the
+    // existence check runs before the add. BullMQ itself ignores a second add of a kept
+    // jobId; the check is what tells the caller it was a duplicate.
+    const [existing] = await Promise.all([
+      q.getJob(job.id),
+      q.add('deliver', job, {
+        jobId: job.id,
+        attempts: MAX_ATTEMPTS,
+        backoff: { type: 'fixed', delay: this.o.retryDelayMs },
+        removeOnComplete: { age: 86_400, count: 5_000 },
+        removeOnFail: { age: 7 * 86_400, count: 5_000 },
+      }),
+    ]);
+    return existing === undefined;
+  }
+
+  async start(deliverer: Deliverer): Promise<void> {
+    for (const channel of deliverer.channelNames()) {
+      // Per-process concurrency only: BullMQ's global concurrency made pickup latency
+      // spiky (hundreds of ms). Order across instances is kept by the superseded check.
+      this.queue(channel);
+      const w = new Worker<DeliverJob>(
+        queueName(channel),
+        async (job, _token, signal) => {
+          const attempt = job.attemptsMade + 1;
+          const out = await deliverer.attempt(job.data, attempt, signal, job.attemptsStarted);
+          if (out.ok) return;
+          if (!out.retryable) throw new UnrecoverableError(out.reason);
+          throw new Error(out.reason);
+        },
+        {
+          connection: new Redis(this.o.url, { maxRetriesPerRequest: null }),
+          prefix: this.o.prefix,
+          concurrency: this.o.concurrency,
+          lockDuration: this.o.lockDurationMs,
+          stalledInterval: this.o.stalledIntervalMs,
+          maxStalledCount: 2,
+        },
+      );
+      w.on('error', (err) => this.o.logger.warn({ err: err.message, channel }, 'worker error'));
+      this.workers.push(w);
+    }
+    await Promise.all(this.workers.map((w) => w.waitUntilReady()));
+  }
+
+  async depth(): Promise<number> {
+    let n = 0;
+    for (const q of this.queues.values()) {
+      const c = await q.getJobCounts(...COUNT_STATES);
+      for (const v of Object.values(c)) n += v;
+    }
+    return n;
+  }
+
+  async idle(timeoutMs = 30_000): Promise<boolean> {
+    const until = Date.now() + timeoutMs;
+    while (Date.now() < until) {
+      if ((await this.depth()) === 0) return true;
+      await sleep(25);
+    }
+    return false;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.close().catch(() => {})));
+    for (const w of this.workers) {
+      const c = (w as unknown as { opts: { connection: Redis } }).opts.connection;
+      c?.disconnect?.();
+    }
+    await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => {})));
+    await this.producer.quit().catch(() => this.producer.disconnect());
+  }
+}
+
+export function queueName(channel: string): string {
+  return `deliver-${channel}`;
+}

@@ -1,0 +1,45 @@
+import type { AlertState, Severity } from '../alert.ts';
+import type { Store } from '../store/store.ts';
+
+/** One row of the delivery log: what the worker did with one queued transition. */
+export interface DeliveryRecord {
+  job_id: string;
+  at: number;
+  channel: string;
+  type: string;
+  dedup_key: string;
+  state: AlertState;
+  severity: Severity;
+  title: string;
+  /** delivered; failed (after the retry, or permanent); suppressed (rate limit or quiet window). */
+  outcome: 'delivered' | 'failed' | 'suppressed';
+  attempts: number;
+  reason?: string;
+  test?: boolean;
+}
+
+const KEY = 'deliveries';
+
+/**
+ * Recent deliveries and failures, capped. Written by the worker itself (not from
+ * queue events, which a listener can miss), so what is shown is what happened.
+ */
+export class DeliveryLog {
+  constructor(
+    private readonly store: Store,
+    private readonly cap: number,
+  ) {}
+
+  record(r: DeliveryRecord): Promise<void> {
+    return this.store.pushCapped(KEY, r, this.cap);
+  }
+
+  recent(limit = 100): Promise<DeliveryRecord[]> {
+    return this.store.list<DeliveryRecord>(KEY, Math.min(limit, this.cap));
+  }
+
+  /** The final record of one job, if it has one yet. */
+  async find(jobId: string): Promise<DeliveryRecord | undefined> {
+    return (await this.recent(this.cap)).find((r) => r.job_id === jobId);
+  }
+}

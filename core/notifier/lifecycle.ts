@@ -1,0 +1,67 @@
+import { type AlertInput, AlertInputSchema, type AlertState, type Severity, severityRank } from '../alert.ts';
+
+/** The durable record of one incident, per dedup_key. */
+export interface Incident {
+  dedup_key: string;
+  open: boolean;
+  severity: Severity;
+  title: string;
+  summary: string;
+  details: string;
+  source: string;
+  /** Number of transitions so far; identifies each one. */
+  seq: number;
+  last_state: AlertState;
+  opened_at: number;
+  updated_at: number;
+}
+
+/**
+ * Pure: does this request change the incident? Fires only on transitions:
+ * open (trigger), a higher severity while open (escalate), close (resolve).
+ * Repeats at the same or a lower severity, and resolves of a closed incident, are no-ops.
+ */
+export function transition(
+  cur: Incident | undefined,
+  raw: AlertInput,
+  now: number,
+): { next: Incident | undefined; fired?: AlertState } {
+  const a = AlertInputSchema.parse(raw);
+  if (a.state === 'resolve') {
+    if (!cur?.open) return { next: cur };
+    return {
+      next: {
+        ...cur,
+        open: false,
+        seq: cur.seq + 1,
+        last_state: 'resolve',
+        updated_at: now,
+        summary: a.summary || cur.summary,
+      },
+      fired: 'resolve',
+    };
+  }
+  const base = { title: a.title, summary: a.summary, details: a.details, source: a.source, updated_at: now };
+  if (!cur?.open) {
+    const seq = (cur?.seq ?? 0) + 1;
+    return {
+      next: {
+        dedup_key: a.dedup_key,
+        open: true,
+        severity: a.severity,
+        seq,
+        last_state: 'trigger',
+        opened_at: now,
+        ...base,
+      },
+      fired: 'trigger',
+    };
+  }
+  if (severityRank(a.severity) > severityRank(cur.severity)) {
+    return {
+      next: { ...cur, ...base, severity: a.severity, seq: cur.seq + 1, last_state: 'escalate' },
+      fired: 'escalate',
+    };
+  }
+  return { next: cur };
+}

@@ -1,0 +1,219 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  behaviour,
+  eventually,
+  flushPrefix,
+  recordingPlugin,
+  testPrefix,
+  testVigil,
+} from '../../test/helpers/index.ts';
+import type { Vigil } from '../app.ts';
+import { createRegistry } from '../builtins.ts';
+import { FakeClock } from '../clock.ts';
+
+const running: { v: Vigil; prefix?: string }[] = [];
+afterEach(async () => {
+  for (const r of running.splice(0)) {
+    await r.v.close();
+    if (r.prefix) await flushPrefix(r.prefix);
+  }
+});
+
+const alert = (over: Record<string, unknown> = {}) => ({
+  dedup_key: 'tree-1',
+  severity: 'warning' as const,
+  title: 'No progress: worker',
+  summary: '120 calls, 30% duplicates',
+  source: 'no-progress',
+  ...over,
+});
+
+async function setup(
+  backend: 'memory' | 'redis',
+  channels: Record<string, unknown>[],
+  mode: 'ok' | 'hang' | 'fail' | 'permanent' = 'ok',
+  clock?: FakeClock,
+) {
+  const b = behaviour(mode);
+  const registry = createRegistry().register(recordingPlugin(b));
+  const prefix = backend === 'redis' ? testPrefix() : undefined;
+  const v = await testVigil({
+    backend,
+    prefix,
+    registry,
+    clock,
+    channels: channels.map((c) => ({ type: 'recording', ...c })),
+  });
+  running.push({ v, prefix });
+  return { v, b };
+}
+
+describe.each(['memory', 'redis'] as const)('notifier pipeline (%s)', (backend) => {
+  it('1,000 triggers of one dedup_key in a burst deliver once', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec', rate_limit: { max: 1000, window: '1m' } }]);
+    const results = await Promise.all(Array.from({ length: 1000 }, () => v.notifier.notify(alert())));
+    expect(results.filter((r) => r.fired === 'trigger')).toHaveLength(1);
+    await v.queue.idle();
+    await eventually(async () => (await v.deliveryLog.recent()).length === 1);
+    expect(b.sent).toHaveLength(1);
+    expect(b.sent[0]).toMatchObject({ dedup_key: 'tree-1', state: 'trigger', severity: 'warning' });
+  });
+
+  it('trigger, escalate, resolve deliver three messages; two with resolve_messages off', async () => {
+    const { v, b } = await setup(backend, [
+      { name: 'all', min_severity: 'info' },
+      { name: 'noresolve', min_severity: 'info', resolve_messages: false },
+    ]);
+    await v.notifier.notify(alert());
+    await v.notifier.notify(alert({ severity: 'warning' })); // repeat: nothing
+    await v.notifier.notify(alert({ severity: 'critical', summary: 'looping' }));
+    await v.notifier.notify(alert({ state: 'resolve', summary: 'landed' }));
+    await v.notifier.notify(alert({ state: 'resolve' })); // already closed: nothing
+    await v.queue.idle();
+    await eventually(async () => (await v.deliveryLog.recent()).length === 5);
+    const by = (ch: string) =>
+      (b.sent as unknown as { state: string }[]).length &&
+      v.deliveryLog.recent().then((rows) =>
+        rows
+          .filter((r) => r.channel === ch)
+          .map((r) => r.state)
+          .reverse(),
+      );
+    expect(await by('all')).toEqual(['trigger', 'escalate', 'resolve']);
+    expect(await by('noresolve')).toEqual(['trigger', 'escalate']);
+    expect(b.sent).toHaveLength(5);
+  });
+
+  it('a channel with min_severity critical gets no warning, but gets the escalation', async () => {
+    const { v } = await setup(backend, [
+      { name: 'desk', min_severity: 'warning' },
+      { name: 'pager', min_severity: 'critical' },
+    ]);
+    const r1 = await v.notifier.notify(alert());
+    expect(r1.channels.find((c) => c.name === 'pager')).toMatchObject({
+      outcome: 'filtered',
+      reason: 'below min_severity',
+    });
+    await v.notifier.notify(alert({ severity: 'critical' }));
+    await v.queue.idle();
+    await eventually(async () => (await v.deliveryLog.recent()).length === 3);
+    const rows = await v.deliveryLog.recent();
+    expect(rows!.filter((r) => r.channel === 'pager').map((r) => `${r.state}/${r.severity}`)).toEqual([
+      'escalate/critical',
+    ]);
+  });
+
+  it('a duplicate enqueue of the same transition is not delivered twice', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec' }]);
+    const r = await v.notifier.notify(alert());
+    const job = { id: r.channels[0].job_id!, channel: 'rec', alert: { ...b.sent[0], dedup_key: 'tree-1' } } as never;
+    await v.queue.idle();
+    // The queue itself refuses an id it has seen, and the notifier's claim refuses it too.
+    expect(await v.queue.enqueue(job)).toBe(false);
+    await v.queue.idle();
+    expect(b.sent).toHaveLength(1);
+  });
+
+  it('a hanging channel times out, is retried once, then shows as failed; enqueueing others is not held up', async () => {
+    const b = behaviour('hang');
+    const ok = behaviour('ok');
+    const registry = createRegistry().register(recordingPlugin(b, 'hanging')).register(recordingPlugin(ok, 'fine'));
+    const prefix = backend === 'redis' ? testPrefix() : undefined;
+    const v = await testVigil({
+      backend,
+      prefix,
+      registry,
+      notifications: { delivery_timeout: 300, retry_delay: 20 },
+      channels: [
+        { name: 'hung', type: 'hanging', min_severity: 'critical' },
+        { name: 'fine', type: 'fine', min_severity: 'info', rate_limit: { max: 100, window: '1m' } },
+      ],
+    });
+    running.push({ v, prefix });
+    await v.notifier.notify(alert({ dedup_key: 'stuck', severity: 'critical' }));
+    // While the hung delivery is in flight, other alerts are accepted and delivered.
+    for (let i = 0; i < 20; i++) await v.notifier.notify(alert({ dedup_key: `other-${i}` }));
+    await eventually(() => ok.sent.length === 21);
+    const hungRow = await eventually(async () =>
+      (await v.deliveryLog.recent(200)).find((r) => r.channel === 'hung' && r.dedup_key === 'stuck'),
+    );
+    expect(hungRow).toMatchObject({ outcome: 'failed', attempts: 2 });
+    expect(hungRow!.reason).toMatch(/timed out after 300 ms/);
+    expect(b.attempts).toBe(2);
+  });
+
+  it('a permanent failure is not retried', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec' }], 'permanent');
+    await v.notifier.notify(alert());
+    const row = await eventually(async () => (await v.deliveryLog.recent())[0]);
+    expect(row).toMatchObject({ outcome: 'failed', attempts: 1, reason: 'recording channel refused (400)' });
+    expect(b.attempts).toBe(1);
+  });
+
+  it('a retryable failure is retried exactly once', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec' }], 'fail');
+    await v.notifier.notify(alert());
+    const row = await eventually(async () => (await v.deliveryLog.recent())[0]);
+    expect(row).toMatchObject({ outcome: 'failed', attempts: 2 });
+    await v.queue.idle();
+    expect(b.attempts).toBe(2);
+  });
+
+  it('quiet window suppresses a repeat of the same state; the rate limit caps a channel', async () => {
+    const clock = new FakeClock();
+    const { v, b } = await setup(
+      backend,
+      [{ name: 'rec', quiet_window: '5m', rate_limit: { max: 3, window: '1h' } }],
+      'ok',
+      clock,
+    );
+    await v.notifier.notify(alert());
+    await v.notifier.notify(alert({ state: 'resolve' }));
+    clock.advance(60_000);
+    const again = await v.notifier.notify(alert()); // flapping inside the quiet window
+    expect(again.channels[0]).toMatchObject({ outcome: 'suppressed' });
+    clock.advance(10 * 60_000);
+    await v.notifier.notify(alert({ state: 'resolve' }));
+    await v.notifier.notify(alert({ dedup_key: 'tree-2' })); // fourth send in the hour: rate limited
+    await v.queue.idle();
+    const rows = await eventually(async () => {
+      const r = await v.deliveryLog.recent();
+      return r.length >= 5 ? r : undefined;
+    });
+    expect(rows!.filter((r) => r.outcome === 'suppressed').map((r) => r.reason?.split(' (')[0])).toEqual([
+      'rate limit',
+      'quiet window',
+    ]);
+    expect(b.sent.map((a) => `${a.dedup_key}/${a.state}`)).toEqual([
+      'tree-1/trigger',
+      'tree-1/resolve',
+      'tree-1/resolve',
+    ]);
+  });
+
+  it('Send test alert skips dedup, quiet window and rate limit, and is marked TEST', async () => {
+    const { v, b } = await setup(backend, [
+      { name: 'rec', min_severity: 'critical', rate_limit: { max: 1, window: '1h' } },
+    ]);
+    const ids = [];
+    for (let i = 0; i < 3; i++) ids.push((await v.notifier.sendTest('rec')).job_id);
+    for (const id of ids)
+      expect(await v.notifier.waitForOutcome(id, 10_000)).toMatchObject({ outcome: 'delivered', test: true });
+    expect(b.sent).toHaveLength(3);
+    expect(b.sent[0].title).toMatch(/^TEST/);
+    await expect(v.notifier.sendTest('nope')).rejects.toMatchObject({ code: 'CHANNEL_NOT_FOUND' });
+  });
+
+  it('lists open alerts and forgets resolved ones', async () => {
+    const { v } = await setup(backend, [{ name: 'rec' }]);
+    await v.notifier.notify(alert({ dedup_key: 'a' }));
+    await v.notifier.notify(alert({ dedup_key: 'b' }));
+    await v.notifier.notify(alert({ dedup_key: 'a', state: 'resolve' }));
+    expect((await v.notifier.openAlerts()).map((i) => i.dedup_key)).toEqual(['b']);
+  });
+
+  it('rejects a malformed alert with the field named', async () => {
+    const { v } = await setup(backend, [{ name: 'rec' }]);
+    await expect(v.notifier.notify({ ...alert(), severity: 'loud' as never })).rejects.toThrow(/severity/);
+  });
+});

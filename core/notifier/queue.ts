@@ -1,0 +1,25 @@
+import type { Deliverer, DeliverJob } from './deliverer.ts';
+
+/**
+ * The delivery queue: one lane per channel, so a hung channel delays only its own
+ * alerts. `enqueue` returns false when a job with the same id was already accepted,
+ * which is what keeps a retried enqueue from paging twice.
+ */
+export interface AlertQueue {
+  readonly kind: 'memory' | 'bullmq';
+  enqueue(job: DeliverJob): Promise<boolean>;
+  /** Start consuming (the worker side). The service does both; a worker process only this. */
+  start(deliverer: Deliverer): Promise<void>;
+  /** Jobs waiting, delayed or active. */
+  depth(): Promise<number>;
+  /** Resolves when nothing is waiting or running (tests and `vigil alert test`). */
+  idle(timeoutMs?: number): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export interface QueueTiming {
+  concurrency: number;
+  retryDelayMs: number;
+  lockDurationMs: number;
+  stalledIntervalMs: number;
+}

@@ -1,0 +1,121 @@
+import type { Clock } from '../clock.ts';
+import { systemClock } from '../clock.ts';
+import { type AdmitRequest, type AdmitResult, bytesEqual, type Store, type UpdateResult } from './store.ts';
+
+interface Entry {
+  v: unknown;
+  exp?: number;
+}
+
+/**
+ * The embedded default: one process, no Redis. Values are kept serialised (JSON
+ * strings, copied bytes) so callers cannot alias stored state, exactly as with Redis.
+ */
+export class MemoryStore implements Store {
+  readonly backend = 'memory' as const;
+  private readonly m = new Map<string, Entry>();
+
+  constructor(private readonly clock: Clock = systemClock) {}
+
+  private live(key: string): Entry | undefined {
+    const e = this.m.get(key);
+    if (e && e.exp !== undefined && e.exp <= this.clock.now()) {
+      this.m.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  private put(key: string, v: unknown, ttlMs?: number): void {
+    this.m.set(key, { v, exp: ttlMs ? this.clock.now() + ttlMs : undefined });
+  }
+
+  async get<T>(key: string): Promise<T | undefined> {
+    const e = this.live(key);
+    return e === undefined ? undefined : (JSON.parse(e.v as string) as T);
+  }
+
+  async set<T>(key: string, value: T, ttlMs?: number): Promise<void> {
+    this.put(key, JSON.stringify(value), ttlMs);
+  }
+
+  async del(key: string): Promise<void> {
+    this.m.delete(key);
+  }
+
+  async update<T, R>(key: string, fn: (current: T | undefined) => UpdateResult<T, R>): Promise<R> {
+    // Single-threaded: no await between read and write, so this is atomic.
+    const e = this.live(key);
+    const cur = e === undefined ? undefined : (JSON.parse(e.v as string) as T);
+    const r = fn(cur);
+    if (r.value === undefined) this.m.delete(key);
+    else this.put(key, JSON.stringify(r.value), r.ttlMs);
+    return r.result;
+  }
+
+  async setIfAbsent(key: string, value: string, ttlMs: number): Promise<boolean> {
+    if (this.live(key)) return false;
+    this.put(key, JSON.stringify(value), ttlMs);
+    return true;
+  }
+
+  async hit(key: string, now: number, windowMs: number, max: number): Promise<{ allowed: boolean; count: number }> {
+    const e = this.live(key);
+    const hits = ((e?.v as number[] | undefined) ?? []).filter((t) => t > now - windowMs);
+    const allowed = hits.length < max;
+    if (allowed) hits.push(now);
+    this.put(key, hits, windowMs);
+    return { allowed, count: hits.length };
+  }
+
+  async admit(q: AdmitRequest): Promise<AdmitResult> {
+    const marks = (this.live(q.markKey)?.v as Record<string, number> | undefined) ?? {};
+    const last = marks[q.field];
+    if (last !== undefined && q.now - last < q.quietMs) return { ok: false, why: 'quiet', last };
+    const r = await this.hit(q.rateKey, q.now, q.windowMs, q.max);
+    if (!r.allowed) return { ok: false, why: 'rate', count: r.count };
+    this.put(q.markKey, { ...marks, [q.field]: q.now }, q.markTtlMs);
+    return { ok: true };
+  }
+
+  async pushCapped<T>(key: string, value: T, cap: number): Promise<void> {
+    const e = this.live(key);
+    const arr = (e?.v as string[] | undefined) ?? [];
+    arr.unshift(JSON.stringify(value));
+    if (arr.length > cap) arr.length = cap;
+    this.put(key, arr);
+  }
+
+  async list<T>(key: string, limit: number): Promise<T[]> {
+    const arr = (this.live(key)?.v as string[] | undefined) ?? [];
+    return arr.slice(0, limit).map((s) => JSON.parse(s) as T);
+  }
+
+  async getBytes(key: string): Promise<Uint8Array | undefined> {
+    const e = this.live(key);
+    return e === undefined ? undefined : new Uint8Array(e.v as Uint8Array);
+  }
+
+  async setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void> {
+    this.put(key, new Uint8Array(value), ttlMs);
+  }
+
+  async casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean> {
+    const cur = this.live(key)?.v as Uint8Array | undefined;
+    if (!bytesEqual(cur, expected)) return false;
+    this.put(key, new Uint8Array(next), ttlMs);
+    return true;
+  }
+
+  async keys(prefix: string): Promise<string[]> {
+    const out: string[] = [];
+    for (const k of this.m.keys()) if (k.startsWith(prefix) && this.live(k)) out.push(k);
+    return out;
+  }
+
+  async ping(): Promise<boolean> {
+    return true;
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,76 @@
+// The store contract: everything Vigil keeps (alert lifecycle, last-notified marks,
+// rate limits, knobs, mode and breaker state, delivery log, judge windows) goes
+// through it, so the in-process backend and Redis behave the same. One contract
+// test suite (store.contract.ts) runs against both.
+
+export interface UpdateResult<T, R> {
+  /** The new value; `undefined` deletes the key. */
+  value: T | undefined;
+  /** What the caller gets back from update(). */
+  result: R;
+  /** Optional expiry of the new value. */
+  ttlMs?: number;
+}
+
+export interface Store {
+  readonly backend: 'memory' | 'redis';
+  get<T>(key: string): Promise<T | undefined>;
+  set<T>(key: string, value: T, ttlMs?: number): Promise<void>;
+  del(key: string): Promise<void>;
+  /**
+   * Atomic read-modify-write of a JSON value. `fn` must be pure: on Redis it may run
+   * again when another instance changed the key in between (compare-and-set).
+   */
+  update<T, R>(key: string, fn: (current: T | undefined) => UpdateResult<T, R>): Promise<R>;
+  /** SET NX with expiry: true when this caller took the key. */
+  setIfAbsent(key: string, value: string, ttlMs: number): Promise<boolean>;
+  /**
+   * Sliding-window counter: records one hit at `now` unless `max` hits already fall
+   * inside the last `windowMs`. Returns whether the hit was admitted.
+   */
+  hit(key: string, now: number, windowMs: number, max: number): Promise<{ allowed: boolean; count: number }>;
+  /**
+   * The notifier's per-channel gate, atomic in one step: refuse if `field` was marked
+   * within `quietMs` (quiet window), else refuse if `max` hits fall inside the rate
+   * window, else record the hit and mark `field` at `now`.
+   */
+  admit(q: AdmitRequest): Promise<AdmitResult>;
+  /** Prepend to a list and keep the newest `cap` entries. */
+  pushCapped<T>(key: string, value: T, cap: number): Promise<void>;
+  /** Newest first. */
+  list<T>(key: string, limit: number): Promise<T[]>;
+  /** Binary values (compact judge state). */
+  getBytes(key: string): Promise<Uint8Array | undefined>;
+  setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void>;
+  /** Set only if the current bytes equal `expected` (undefined: key absent). */
+  casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean>;
+  /** Keys starting with `prefix` (the store's own namespace prefix is not included). */
+  keys(prefix: string): Promise<string[]>;
+  /** Reachability for /health. */
+  ping(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export interface AdmitRequest {
+  markKey: string;
+  field: string;
+  now: number;
+  quietMs: number;
+  /** Expiry of the mark hash. */
+  markTtlMs: number;
+  rateKey: string;
+  windowMs: number;
+  max: number;
+}
+
+export type AdmitResult =
+  | { ok: true }
+  | { ok: false; why: 'quiet'; last: number }
+  | { ok: false; why: 'rate'; count: number };
+
+export function bytesEqual(a: Uint8Array | undefined, b: Uint8Array | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}

@@ -1,0 +1,18 @@
+// Injection tokens. A leaf module (no imports) so any file can name a dependency
+// without pulling in its implementation. Interfaces have no runtime type, so every
+// constructor parameter names its token explicitly with @inject(TOKENS.X).
+export const TOKENS = {
+  Logger: Symbol('Logger'),
+  Clock: Symbol('Clock'),
+  Store: Symbol('Store'),
+  Queue: Symbol('Queue'),
+  Config: Symbol('Config'),
+  Registry: Symbol('Registry'),
+  Notifier: Symbol('Notifier'),
+  DeliveryLog: Symbol('DeliveryLog'),
+  Env: Symbol('Env'),
+  /** Options of the plugin instance being built (one child container per instance). */
+  PluginOptions: Symbol('PluginOptions'),
+  /** Config name of the plugin instance being built (a channel's `name`). */
+  PluginName: Symbol('PluginName'),
+} as const;

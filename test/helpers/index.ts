@@ -1,0 +1,145 @@
+import { randomUUID } from 'node:crypto';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { z } from 'zod';
+import type { Alert } from '../../core/alert.ts';
+import { createVigil, type Vigil, type VigilOptions } from '../../core/app.ts';
+import { createRegistry } from '../../core/builtins.ts';
+import type { Channel, ChannelPlugin } from '../../core/contracts.ts';
+import { DeliveryError } from '../../core/errors.ts';
+import type { Registry } from '../../core/registry.ts';
+import { RedisStore } from '../../core/store/redis.ts';
+
+export const REDIS_URL = process.env.VIGIL_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A key prefix of its own per test run, deleted after. */
+export function testPrefix(): string {
+  return `vigil-test-${randomUUID().slice(0, 8)}`;
+}
+
+export function tempDir(name = 'vigil'): string {
+  return mkdtempSync(join(tmpdir(), `${name}-`));
+}
+
+/** Deletes every key under a prefix (store and queue). */
+export async function flushPrefix(prefix: string): Promise<void> {
+  const s = new RedisStore({ url: REDIS_URL, prefix });
+  await s.flushNamespace();
+  await s.close();
+}
+
+/**
+ * A channel type for tests: records what it was asked to deliver, and can be told to
+ * fail (retryable or not) or hang. Behaviour is shared per `behaviour` object so a
+ * test can change it while the pipeline runs.
+ */
+export interface Behaviour {
+  mode: 'ok' | 'fail' | 'permanent' | 'hang';
+  sent: Alert[];
+  attempts: number;
+}
+
+export function recordingPlugin(b: Behaviour, type = 'recording'): ChannelPlugin<{ note?: string }> {
+  return {
+    kind: 'channel',
+    type,
+    options: z.strictObject({ note: z.string().optional() }),
+    create(_c, _opts, name): Channel {
+      return {
+        type,
+        name,
+        async send(alert: Alert, signal: AbortSignal) {
+          b.attempts++;
+          if (b.mode === 'hang') {
+            await new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('aborted'))));
+          }
+          if (b.mode === 'fail') throw new DeliveryError('recording channel failed (503)', { retryable: true });
+          if (b.mode === 'permanent') throw new DeliveryError('recording channel refused (400)', { retryable: false });
+          b.sent.push(alert);
+        },
+      };
+    },
+  };
+}
+
+export function behaviour(mode: Behaviour['mode'] = 'ok'): Behaviour {
+  return { mode, sent: [], attempts: 0 };
+}
+
+export interface TestVigilOptions extends Partial<VigilOptions> {
+  backend: 'memory' | 'redis';
+  prefix?: string;
+  channels?: unknown[];
+  notifications?: Record<string, unknown>;
+  registry?: Registry;
+}
+
+/** A Vigil on the chosen backend with fast timings and the given channels. */
+export async function testVigil(o: TestVigilOptions): Promise<Vigil> {
+  const prefix = o.prefix ?? testPrefix();
+  const overlay = {
+    store:
+      o.backend === 'redis' ? { backend: 'redis', redis_url: REDIS_URL, key_prefix: prefix } : { backend: 'memory' },
+    notifications: {
+      delivery_timeout: 500,
+      retry_delay: 50,
+      lock_duration: 2000,
+      stalled_interval: 1000,
+      ...(o.notifications ?? {}),
+      channels: o.channels ?? [],
+    },
+    ...((o.overlay as object) ?? {}),
+  };
+  return createVigil({
+    registry: o.registry ?? createRegistry(),
+    overlay,
+    env: o.env ?? {},
+    clock: o.clock,
+    logger: o.logger,
+    worker: o.worker,
+  });
+}
+
+/**
+ * A recording fake `notify-send`: put `dir` first on PATH. Each call appends its
+ * argv (one JSON array per line) to `dir/calls.jsonl`; FAKE_NOTIFY_EXIT sets the exit.
+ */
+export function fakeNotifySend(dir: string, exit = 0): { log: string; calls(): string[][] } {
+  const log = join(dir, 'calls.jsonl');
+  const script = `#!/usr/bin/env node
+const fs = require('fs');
+fs.appendFileSync(${JSON.stringify(log)}, JSON.stringify({ argv: process.argv.slice(2), dbus: process.env.DBUS_SESSION_BUS_ADDRESS || null }) + '\\n');
+process.exit(Number(process.env.FAKE_NOTIFY_EXIT || ${exit}));
+`;
+  const p = join(dir, 'notify-send');
+  writeFileSync(p, script);
+  chmodSync(p, 0o755);
+  return {
+    log,
+    calls: () =>
+      existsSync(log)
+        ? readFileSync(log, 'utf8')
+            .trim()
+            .split('\n')
+            .filter(Boolean)
+            .map((l) => JSON.parse(l).argv as string[])
+        : [],
+  };
+}
+
+/** Polls until `fn` returns truthy (no timing assertions: a generous ceiling only). */
+export async function eventually<T>(fn: () => Promise<T> | T, timeoutMs = 20_000, stepMs = 25): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < until) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+  throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${(last as Error).message}` : ''}`);
+}

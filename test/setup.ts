@@ -1,0 +1,2 @@
+// tsyringe needs the Reflect metadata polyfill loaded before any decorated class.
+import 'reflect-metadata';

@@ -1,0 +1,21 @@
+import { defineConfig } from 'vitest/config';
+
+// Unit tests sit beside the code (`*.test.ts`); end-to-end suites that start real
+// processes (Redis, opencode) live in test/ as `*.e2e.test.ts`. The machines have
+// 2 cores, so files run with limited parallelism and generous timeouts.
+export default defineConfig({
+  test: {
+    include: [
+      'core/**/*.test.ts',
+      'detectors/**/*.test.ts',
+      'channels/**/*.test.ts',
+      'modes/**/*.test.ts',
+      'deploy/**/*.test.ts',
+      'test/**/*.test.ts',
+    ],
+    setupFiles: ['./test/setup.ts'],
+    maxWorkers: 2,
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+  },
+});
