@@ -1,7 +1,10 @@
 import { desktopPlugin } from '../channels/desktop/index.ts';
+import { pagerdutyPlugin } from '../channels/pagerduty/index.ts';
+import { twilioPlugin } from '../channels/twilio/index.ts';
+import { webhookPlugin } from '../channels/webhook/index.ts';
 import { Registry } from './registry.ts';
 
 /** A registry with every built-in plugin. Third parties add theirs with `registry.register(plugin)`. */
 export function createRegistry(): Registry {
-  return new Registry().register(desktopPlugin);
+  return new Registry().register(desktopPlugin).register(webhookPlugin).register(pagerdutyPlugin).register(twilioPlugin);
 }
