@@ -1,11 +1,15 @@
 import 'reflect-metadata';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
+import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
 import { createRegistry } from './builtins.ts';
 import { type Clock, systemClock } from './clock.ts';
 import { type ChannelEntry, loadConfig, type VigilConfig } from './config.ts';
 import type { Channel } from './contracts.ts';
+import { Engine } from './engine.ts';
 import { AppError } from './errors.ts';
+import { Knobs } from './knobs.ts';
 import { type Logger, registerSecret, silentLogger } from './logger.ts';
+import { Metrics } from './metrics.ts';
 import { BullQueue } from './notifier/bullmq-queue.ts';
 import { Deliverer } from './notifier/deliverer.ts';
 import { DeliveryLog } from './notifier/delivery-log.ts';
@@ -54,6 +58,15 @@ export class Vigil {
   readonly notifier: Notifier;
   readonly deliveryLog: DeliveryLog;
   readonly deliverer: Deliverer;
+  readonly knobs: Knobs;
+  readonly metrics: Metrics;
+  readonly detector: NoProgressDetector;
+  readonly engine: Engine;
+  /** Watchdog heartbeat and plugin versions seen, for /health. */
+  readonly health = {
+    watchdog: undefined as undefined | { last_tick_at: number; result: unknown; received_at: number },
+    plugins: new Map<string, number>(),
+  };
   private started = false;
 
   constructor(
@@ -75,6 +88,9 @@ export class Vigil {
     c.register(TOKENS.Registry, { useValue: registry });
     c.register(TOKENS.Env, { useValue: env });
     this.container = c;
+    this.knobs = new Knobs(registry, config, store, logger.child({ part: 'knobs' }));
+    c.register(TOKENS.Knobs, { useValue: this.knobs });
+    this.metrics = new Metrics(() => queue.depth());
 
     this.deliveryLog = new DeliveryLog(store, config.notifications.log_size);
     c.register(TOKENS.DeliveryLog, { useValue: this.deliveryLog });
@@ -109,11 +125,27 @@ export class Vigil {
       logger.child({ part: 'notifier' }),
     );
     c.register(TOKENS.Notifier, { useValue: this.notifier });
+
+    const np = registry.detectors.get('no-progress');
+    if (!np) throw new AppError('PLUGIN_CREATE_FAILED', 'the no-progress detector is not registered');
+    this.detector = np.create(c, config.progress) as NoProgressDetector;
+    this.engine = new Engine(
+      c,
+      registry,
+      this.knobs,
+      store,
+      clock,
+      logger.child({ part: 'engine' }),
+      this.detector,
+      this.notifier,
+      this.metrics,
+    );
   }
 
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    await this.knobs.load();
     if (this.runWorker) await this.queue.start(this.deliverer);
   }
 

@@ -11,6 +11,8 @@ export const TOKENS = {
   Notifier: Symbol('Notifier'),
   DeliveryLog: Symbol('DeliveryLog'),
   Env: Symbol('Env'),
+  /** The live knobs (core/knobs.ts). */
+  Knobs: Symbol('Knobs'),
   /** Options of the plugin instance being built (one child container per instance). */
   PluginOptions: Symbol('PluginOptions'),
   /** Config name of the plugin instance being built (a channel's `name`). */

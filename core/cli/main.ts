@@ -101,6 +101,31 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
       }
     });
 
+  program
+    .command('replay')
+    .description('replay recorded history through the judge: a JSONL file, an opencode export folder, or opencode.db')
+    .argument('<input>', 'JSONL file of progress events / request records, export folder, or opencode.db')
+    .option('--json', 'one JSON line per session')
+    .option('--labels <file>', 'JSON {session: "loop" | "ok"}: score the verdicts')
+    .option('--sweep [grid]', 'replay a grid of thresholds against the labels (optional JSON grid file)')
+    .option('--knobs <file>', 'YAML or JSON: the progress section or a whole config')
+    .action(async (input, raw) => {
+      const a = parseArgs(
+        z.strictObject({
+          input: z.string().min(1),
+          json: z.boolean().optional(),
+          labels: z.string().min(1).optional(),
+          sweep: z.union([z.boolean(), z.string().min(1)]).optional(),
+          knobs: z.string().min(1).optional(),
+        }),
+        { input, ...raw },
+        'replay',
+      );
+      const { replayCommand } = await import('../replay/replay.ts');
+      const code = await replayCommand(a, { stdout: process.stdout, stderr: process.stderr });
+      if (code !== 0) throw new CommanderError(code, 'vigil.replay', 'replay finished with problems');
+    });
+
   return program;
 }
 

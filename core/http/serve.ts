@@ -9,9 +9,9 @@ export const VERSION: string = JSON.parse(readFileSync(new URL('../../package.js
 export async function serve(o: { host?: string; port?: number; configFile?: string }): Promise<void> {
   const logger = createLogger();
   const vigil = await createVigil({ configFile: o.configFile, logger });
-  const app = await buildServer(vigil, { logger: true, version: VERSION });
   const host = o.host ?? vigil.config.server.host;
   const port = o.port ?? vigil.config.server.port;
+  const app = await buildServer(vigil, { logger: true, version: VERSION, host });
   const address = await app.listen({ host, port });
   logger.info(
     { address, backend: vigil.store.backend, channels: vigil.notifier.channels().map((c) => c.name) },

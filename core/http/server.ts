@@ -8,15 +8,22 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import type { Vigil } from '../app.ts';
-import { formatPath } from '../config.ts';
 import { isAppError } from '../errors.ts';
+import { adminGuard, isLoopback } from './auth.ts';
+import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
+import { gateRoutes } from './routes/gate.ts';
 import { healthRoutes } from './routes/health.ts';
+import { ingestRoutes } from './routes/ingest.ts';
+import { readoutRoutes } from './routes/readouts.ts';
+import { describeValidation } from './validation.ts';
 
 export interface ServerOptions {
   /** Log requests (the service does; tests and benches do not). */
   logger?: boolean;
   version?: string;
+  /** The address the service binds: off loopback every route needs the admin token. */
+  host?: string;
 }
 
 // The zod type provider and the pino logger make the full generic unwieldy.
@@ -35,25 +42,32 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   await app.register(swagger, {
-    openapi: { info: { title: 'Vigil', version: opts.version ?? '0.0.0' } },
+    openapi: {
+      info: {
+        title: 'Vigil',
+        version: opts.version ?? '0.0.0',
+        description: 'Catch coding agents that spend without progress.',
+      },
+    },
     transform: jsonSchemaTransform,
   });
 
+  const token = vigil.env[vigil.config.server.admin_token_env] || undefined;
+  const admin = adminGuard(token);
+  if (opts.host && !isLoopback(opts.host)) {
+    if (!token) {
+      throw new Error(
+        `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
+      );
+    }
+    app.addHook('onRequest', admin);
+  }
+
   app.setErrorHandler((err, req, reply) => {
     if (hasZodFastifySchemaValidationErrors(err)) {
-      const where = err.validationContext ?? 'body';
-      const problems = err.validation.map((v) => {
-        const path = v.instancePath
-          .split('/')
-          .filter(Boolean)
-          .map((p) => (/^\d+$/.test(p) ? Number(p) : p));
-        const keys = (v.params as { issue?: { keys?: string[] } })?.issue?.keys;
-        const at = formatPath([where, ...path, ...(keys?.length ? [keys[0]] : [])]);
-        return `${at}: ${keys?.length ? 'unknown key' : v.message}`;
-      });
-      return reply
-        .code(400)
-        .send({ statusCode: 400, code: 'BAD_INPUT', error: 'Bad Request', message: problems.join('; ') });
+      const message = describeValidation(err.validationContext ?? 'body', err.validation as never);
+      vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
+      return reply.code(400).send({ statusCode: 400, code: 'BAD_INPUT', error: 'Bad Request', message });
     }
     if (isAppError(err)) {
       return reply
@@ -62,16 +76,21 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
     }
     const status = (err as { statusCode?: number }).statusCode ?? 500;
     if (status >= 500) req.log.error({ err: (err as Error).message }, 'request failed');
+    else vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
     return reply.code(status).send({
       statusCode: status,
       code: (err as { code?: string }).code ?? 'INTERNAL',
       error: status >= 500 ? 'Internal Server Error' : 'Bad Request',
-      message: status >= 500 ? 'internal error' : (err as Error).message,
+      message: status >= 500 ? 'internal error' : `body: ${(err as Error).message}`,
     });
   });
 
   await app.register(healthRoutes(vigil, opts.version ?? '0.0.0'));
-  await app.register(alertRoutes(vigil));
+  await app.register(ingestRoutes(vigil));
+  await app.register(readoutRoutes(vigil));
+  await app.register(alertRoutes(vigil, admin));
+  await app.register(adminRoutes(vigil, admin));
+  await app.register(gateRoutes(vigil));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

@@ -1,9 +1,10 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Vigil } from '../../app.ts';
+import type { adminGuard } from '../auth.ts';
 
 export const alertRoutes =
-  (vigil: Vigil): FastifyPluginAsyncZod =>
+  (vigil: Vigil, admin: ReturnType<typeof adminGuard>): FastifyPluginAsyncZod =>
   async (app) => {
     app.get('/alerts', { schema: { summary: 'Open alerts (incidents)' } }, async () => vigil.notifier.openAlerts());
 
@@ -33,6 +34,7 @@ export const alertRoutes =
     app.post(
       '/channels/:name/test',
       {
+        preHandler: admin,
         schema: {
           summary: 'Send test alert: the real pipeline, marked TEST, no dedup, quiet window or rate limit',
           params: z.strictObject({ name: z.string().min(1).max(64) }),

@@ -4,11 +4,34 @@ import type { Vigil } from '../../app.ts';
 export const healthRoutes =
   (vigil: Vigil, version: string): FastifyPluginAsyncZod =>
   async (app) => {
-    app.get('/health', { schema: { summary: 'Version, backend and Redis state' } }, async () => ({
-      ok: true,
-      version,
-      backend: vigil.store.backend,
-      redis: vigil.store.backend === 'redis' ? ((await vigil.store.ping()) ? 'up' : 'down') : 'not configured',
-      queue: vigil.queue.kind,
-    }));
+    app.get(
+      '/health',
+      { schema: { summary: 'Version, backend and Redis state, watchdog last tick, plugin versions seen' } },
+      async () => {
+        const now = vigil.clock.now();
+        const redis = vigil.store.backend === 'redis' ? ((await vigil.store.ping()) ? 'up' : 'down') : 'not configured';
+        const wd =
+          vigil.health.watchdog ??
+          (await vigil.store.get<typeof vigil.health.watchdog>('watchdog:last').catch(() => undefined));
+        return {
+          ok: redis !== 'down',
+          version,
+          backend: vigil.store.backend,
+          redis,
+          queue: vigil.queue.kind,
+          mode: vigil.knobs.get<{ mode: string }>('progress').mode,
+          watchdog: wd
+            ? {
+                last_tick_at: new Date(wd.last_tick_at).toISOString(),
+                age_s: Math.round((now - wd.last_tick_at) / 1000),
+                result: wd.result,
+              }
+            : null,
+          plugins: [...vigil.health.plugins].map(([v, at]) => ({
+            version: v,
+            last_seen_at: new Date(at).toISOString(),
+          })),
+        };
+      },
+    );
   };

@@ -1,0 +1,59 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Prometheus metrics of one Vigil instance (its own registry, so tests and embedders do not collide). */
+export class Metrics {
+  readonly registry = new Registry();
+  readonly events = new Counter({
+    name: 'vigil_progress_events_total',
+    help: 'Progress events accepted, by kind',
+    labelNames: ['kind'],
+    registers: [this.registry],
+  });
+  readonly requests = new Counter({
+    name: 'vigil_request_records_total',
+    help: 'LLM request records accepted',
+    registers: [this.registry],
+  });
+  readonly rejected = new Counter({
+    name: 'vigil_rejected_bodies_total',
+    help: 'Ingestion bodies rejected by validation, by route',
+    labelNames: ['route'],
+    registers: [this.registry],
+  });
+  readonly verdicts = new Counter({
+    name: 'vigil_verdict_transitions_total',
+    help: 'Verdict transitions, by the level reached and the source',
+    labelNames: ['to', 'source'],
+    registers: [this.registry],
+  });
+  readonly alerts = new Counter({
+    name: 'vigil_alerts_total',
+    help: 'Alert routing and delivery outcomes, by channel',
+    labelNames: ['channel', 'outcome'],
+    registers: [this.registry],
+  });
+  readonly gate = new Counter({
+    name: 'vigil_gate_answers_total',
+    help: 'Gate answers, by action',
+    labelNames: ['action'],
+    registers: [this.registry],
+  });
+  readonly judgeSeconds = new Histogram({
+    name: 'vigil_judge_seconds',
+    help: 'Time to judge one input (load state, judge, save, roll up)',
+    buckets: [0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1],
+    registers: [this.registry],
+  });
+  readonly queueDepth: Gauge;
+
+  constructor(depth: () => Promise<number>) {
+    this.queueDepth = new Gauge({
+      name: 'vigil_alert_queue_depth',
+      help: 'Alert deliveries waiting, delayed or running',
+      registers: [this.registry],
+      async collect() {
+        this.set(await depth().catch(() => -1));
+      },
+    });
+  }
+}

@@ -1,0 +1,96 @@
+import { z } from 'zod';
+
+// Every threshold of the no-progress judge: the `progress` config section.
+// Starting points come from the prototype fitted on incident #8 (window 60, duplicate
+// share 0.25, top repeat 12, read-only top repeat 8, whole-session repeat 15); the
+// rest were chosen on the calibration fixtures (test/fixtures/calibration.ts).
+// `vigil replay --labels FILE --sweep` re-fits them on real history.
+
+const count = (def: number, max = 1_000_000) => z.number().int().min(1).max(max).default(def);
+const share = (def: number) => z.number().min(0).max(1).default(def);
+const usd = (def: number) => z.number().min(0).max(1_000_000).default(def);
+
+/** Agents that never land a change by design: judged on repeats, failures and novelty instead. */
+export const DEFAULT_READ_ONLY_AGENTS = ['explore', 'librarian', 'oracle', 'metis', 'momus', 'multimodal-looker'];
+
+export const NoProgressKnobsSchema = z
+  .strictObject({
+    /** What a detection does; every mode warns. The modes themselves live in modes/. */
+    mode: z.enum(['warn', 'auto_compact', 'auto_limit_context', 'auto_recover']).default('warn'),
+
+    /** Tool calls in the rolling window per session. A change applies to sessions seen afterwards. */
+    window: z.number().int().min(10).max(1_000).default(60),
+    /** Below this many calls in the window, dup_share counts as 0 (3 calls with 2 dups is not a loop). */
+    dup_min_events: count(20, 1_000),
+
+    /** stalling: no landed change for this many turns (LLM requests, self plus children) ... */
+    stall_turns: count(20),
+    /** ... or this much spend since the last landed change ($0.50, about 110 turns at incident #8 prices) ... */
+    stall_usd: usd(0.5),
+    /** ... AND one of the repeat signals at its `*_warn` threshold. */
+    dup_warn: share(0.25),
+    /** Consecutive nonzero exits on one fingerprint ("the sandbox is broken and it keeps retrying"). */
+    fail_warn: count(5),
+    /** Calls to one target in the window. */
+    top_warn: count(12),
+    /** One exact call repeated this often in the session (and still recurring): slow loops escape a window. */
+    session_repeat_warn: count(15),
+    /** Continuation turns ("continue" injected by a hook or after a compaction) since the last landed change. */
+    continuation_warn: count(2),
+
+    /** looping: the same conditions at these higher thresholds. */
+    loop_turns: count(60),
+    loop_usd: usd(1.5),
+    dup_loop: share(0.4),
+    fail_loop: count(10),
+    top_loop: count(20),
+    session_repeat_loop: count(30),
+    continuation_loop: count(4),
+
+    /** Plain ceiling for long healthy work without repeats: stalling only, never looping. */
+    ceiling_turns: count(300),
+    ceiling_usd: usd(3),
+
+    /** Agent names (case-insensitive) judged by the read-only rules. */
+    read_only_agents: z.array(z.string().min(1).max(64)).max(100).default(DEFAULT_READ_ONLY_AGENTS),
+    /** Read-only agents: calls to one target in the window. */
+    top_ro_warn: count(8),
+    top_ro_loop: count(16),
+    /** Read-only agents: first-seen calls in the last `novelty_window` calls below `novelty_min` is a stall. */
+    novelty_window: count(30, 1_000),
+    novelty_min: share(0.1),
+
+    /** Prompt tokens above which the incident report blames context size. */
+    context_high_tokens: count(150_000, 100_000_000),
+
+    /** Sessions an in-memory tracker keeps; the least recently updated go first. */
+    max_sessions: count(100_000, 10_000_000),
+  })
+  .superRefine((k, ctx) => {
+    const pairs: [keyof typeof k, keyof typeof k][] = [
+      ['stall_turns', 'loop_turns'],
+      ['stall_usd', 'loop_usd'],
+      ['dup_warn', 'dup_loop'],
+      ['fail_warn', 'fail_loop'],
+      ['top_warn', 'top_loop'],
+      ['top_ro_warn', 'top_ro_loop'],
+      ['session_repeat_warn', 'session_repeat_loop'],
+      ['continuation_warn', 'continuation_loop'],
+    ];
+    for (const [warn, loop] of pairs) {
+      if ((k[loop] as number) < (k[warn] as number)) {
+        ctx.addIssue({ code: 'custom', path: [loop], message: `must be >= ${warn} (${k[warn]})` });
+      }
+    }
+    if (k.novelty_window > k.window) {
+      ctx.addIssue({ code: 'custom', path: ['novelty_window'], message: `must be <= window (${k.window})` });
+    }
+  });
+
+export type NoProgressKnobs = z.output<typeof NoProgressKnobsSchema>;
+export type NoProgressKnobsInput = z.input<typeof NoProgressKnobsSchema>;
+
+/** The defaults, validated: a fresh object each call. */
+export function defaultKnobs(): NoProgressKnobs {
+  return NoProgressKnobsSchema.parse({});
+}

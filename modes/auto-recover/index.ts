@@ -1,0 +1,170 @@
+import { z } from 'zod';
+import { duration } from '../../core/duration.ts';
+import type { ModePlugin } from '../../core/registry.ts';
+import { TOKENS } from '../../core/tokens.ts';
+import { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap } from '../auto-limit-context/index.ts';
+import { resolveAlert, toast, treeIsQuiet, warnDecision } from '../common.ts';
+import type { Decision, Mode, ModeEvent, TreeState } from '../contracts.ts';
+
+export const AutoRecoverOptionsSchema = z.strictObject({
+  /** A detection within this long of the tree's last recovery is the next stage. */
+  recover_window: duration().prefault('60m'),
+  /** Recoveries per tree per window before the hard stop (owner decision: 2). */
+  max_recoveries: z.number().int().min(1).max(10).default(2),
+  /** Retry-After on a recovering conversation's 429. */
+  retry_after: duration().prefault('30s'),
+  /** Retry-After on a stopped tree's 429 (it waits for Resume anyway). */
+  hard_stop_retry_after: duration().prefault('1h'),
+  /** Lift a recovery's refusal anyway when the plugin has not reported the compaction by then. */
+  compaction_timeout: duration().prefault('15m'),
+});
+export type AutoRecoverOptions = z.output<typeof AutoRecoverOptionsSchema>;
+
+/**
+ * auto_recover (seed 000 section 5). Stage 1, the first detection in a tree: refuse the
+ * stuck conversation (scoped 429), have the plugin abort it and the tree's root, compact
+ * the root with the incident report in the compaction prompt (it continues from there),
+ * lift the refusal when the compaction is done. Stage 2, again within recover_window:
+ * the same recovery plus the context cap on the whole tree. After max_recoveries in the
+ * window, stage 3: refuse the whole tree, critical alert, wait for an admin Resume.
+ */
+export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOptions): Mode {
+  return {
+    type: 'auto_recover',
+    decide(tree, ev, now): Decision {
+      const d = warnDecision(tree, ev, now, 'warning');
+      const t: TreeState = {
+        ...d.tree,
+        refused: { ...d.tree.refused },
+        recoveries: d.tree.recoveries.filter((x) => now - x < o.recover_window),
+      };
+      d.tree = t;
+      switch (ev.type) {
+        case 'resume': {
+          d.tree = {
+            ...t,
+            stage: 0,
+            refused: {},
+            refuse_all: undefined,
+            limits: {},
+            recoveries: [],
+            awaiting_compaction: undefined,
+          };
+          d.directives.push({ type: 'lift', session_id: t.root, reason: `resumed by ${ev.by}` });
+          d.directives.push(toast(t.root, 'Vigil: resumed', `tree ${t.root} resumed by ${ev.by}`, 'info'));
+          if (treeIsQuiet(d.tree)) d.alerts.push(resolveAlert(t.root, `resumed by ${ev.by}`));
+          return d;
+        }
+        case 'compaction_done': {
+          if (!t.awaiting_compaction || t.stage === 3) return d;
+          return lift(d, t, `compaction of ${ev.session_id} done`);
+        }
+        case 'acked': {
+          // The root itself was stuck: its refusal must end once it is aborted, or the
+          // compaction's own model request (same conversation) would be refused too.
+          if (ev.directive === 'abort' && t.awaiting_compaction?.session === ev.session_id && t.stage !== 3) {
+            delete t.refused[ev.session_id];
+          }
+          return d;
+        }
+        case 'tick': {
+          if (t.awaiting_compaction && t.stage !== 3 && now - t.awaiting_compaction.since >= o.compaction_timeout) {
+            const r = lift(d, t, 'no compaction reported in time');
+            r.alerts.push({
+              dedup_key: `${t.root}:plugin`,
+              severity: 'warning',
+              state: 'trigger',
+              title: `recovery of ${t.root} unconfirmed`,
+              summary: 'the opencode plugin did not report the compaction; the refusal was lifted anyway',
+              source: 'no-progress',
+            });
+            return r;
+          }
+          return d;
+        }
+        case 'verdict': {
+          if (ev.to !== 'looping' || ev.from === 'looping' || t.stage === 3) return d;
+          // Still recovering from this very detection: not a new one.
+          if (t.awaiting_compaction && (t.refused[ev.session_id] || ev.session_id === t.awaiting_compaction.session))
+            return d;
+          if (t.recoveries.length >= o.max_recoveries) {
+            const reason = `hard stop: looping again after ${t.recoveries.length} recoveries; waiting for Resume`;
+            d.tree = { ...t, stage: 3, refuse_all: { reason, since: now }, awaiting_compaction: undefined };
+            d.directives.push({ type: 'abort', session_id: ev.session_id, reason });
+            if (t.root !== ev.session_id) d.directives.push({ type: 'abort', session_id: t.root, reason });
+            d.directives.push(
+              toast(ev.session_id, 'Vigil: STOPPED', `${ev.agent ?? ev.session_id}: ${reason}`, 'error'),
+            );
+            d.alerts = [
+              {
+                dedup_key: t.root,
+                severity: 'critical',
+                state: 'trigger',
+                title: `hard stop: ${ev.agent ?? 'agent'} (${ev.session_id})`,
+                summary: `${reason}. ${ev.reason}`.slice(0, 1024),
+                details: ev.report,
+                source: 'no-progress',
+              },
+            ];
+            return d;
+          }
+          const stage = t.recoveries.length === 0 ? 1 : 2;
+          let next: TreeState = {
+            ...t,
+            stage,
+            refused: {
+              ...t.refused,
+              [ev.session_id]: { reason: `recovering: ${ev.reason}`.slice(0, 300), since: now },
+            },
+            recoveries: [...t.recoveries, now],
+            awaiting_compaction: { session: t.root, since: now },
+          };
+          if (stage === 2) next = applyCap(next, '*', cap, now);
+          d.tree = next;
+          d.directives.push({ type: 'abort', session_id: ev.session_id, reason: ev.reason });
+          if (t.root !== ev.session_id) d.directives.push({ type: 'abort', session_id: t.root, reason: ev.reason });
+          d.directives.push({
+            type: 'compact',
+            session_id: t.root,
+            report: ev.report,
+            auto_continue: true,
+            reason: ev.reason,
+          });
+          d.directives.push(
+            toast(
+              ev.session_id,
+              `Vigil: recovered (stage ${stage})`,
+              `recovered ${ev.agent ?? ev.session_id}: ${ev.reason}`,
+              'warning',
+            ),
+          );
+          return d;
+        }
+      }
+      return d;
+    },
+  };
+}
+
+function lift(d: Decision, t: TreeState, why: string): Decision {
+  const lifted = Object.keys(t.refused);
+  d.tree = { ...t, refused: {}, awaiting_compaction: undefined };
+  for (const s of lifted) d.directives.push({ type: 'lift', session_id: s, reason: why });
+  if (!lifted.length) d.directives.push({ type: 'lift', session_id: t.root, reason: why });
+  return d;
+}
+
+export const autoRecoverPlugin: ModePlugin<AutoRecoverOptions, Mode> = {
+  kind: 'mode',
+  type: 'auto_recover',
+  options: AutoRecoverOptionsSchema,
+  create(c, o) {
+    const knobs = c.resolve<{ get<T>(s: string): T }>(TOKENS.Knobs);
+    const cap = AutoLimitContextOptionsSchema.parse(
+      knobs.get<Record<string, unknown>>('modes')?.auto_limit_context ?? {},
+    );
+    return autoRecoverMode(o, cap);
+  },
+};
+
+export type { ModeEvent };
