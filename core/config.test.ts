@@ -66,7 +66,9 @@ describe('config', () => {
         },
       }),
     );
-    expect(p).toEqual(['notifications.channels[1].type: unknown channel type "desktp" (known: desktop, webhook, pagerduty, twilio)']);
+    expect(p).toEqual([
+      'notifications.channels[1].type: unknown channel type "desktp" (known: desktop, webhook, pagerduty, twilio)',
+    ]);
   });
 
   it('an unknown key inside a channel and a wrong value type are named', () => {
