@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
+import type { BehaviorBreaker } from '../detectors/behavior-breaker/breaker.detector.ts';
 import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
 import { createRegistry } from './builtins.ts';
 import { type Clock, systemClock } from './clock.ts';
@@ -62,6 +63,7 @@ export class Vigil {
   readonly metrics: Metrics;
   readonly detector: NoProgressDetector;
   readonly engine: Engine;
+  readonly breaker: BehaviorBreaker;
   /** Watchdog heartbeat and plugin versions seen, for /health. */
   readonly health = {
     watchdog: undefined as undefined | { last_tick_at: number; result: unknown; received_at: number },
@@ -140,6 +142,10 @@ export class Vigil {
       this.notifier,
       this.metrics,
     );
+    const bb = registry.detectors.get('behavior-breaker');
+    if (!bb) throw new AppError('PLUGIN_CREATE_FAILED', 'the behavior-breaker detector is not registered');
+    this.breaker = bb.create(c, config.breaker) as BehaviorBreaker;
+    this.engine.breaker = this.breaker;
   }
 
   async start(): Promise<void> {

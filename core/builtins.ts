@@ -2,6 +2,7 @@ import { desktopPlugin } from '../channels/desktop/index.ts';
 import { pagerdutyPlugin } from '../channels/pagerduty/index.ts';
 import { twilioPlugin } from '../channels/twilio/index.ts';
 import { webhookPlugin } from '../channels/webhook/index.ts';
+import { behaviorBreakerPlugin } from '../detectors/behavior-breaker/index.ts';
 import { noProgressPlugin } from '../detectors/no-progress/index.ts';
 import { autoCompactPlugin } from '../modes/auto-compact/index.ts';
 import { autoLimitContextPlugin } from '../modes/auto-limit-context/index.ts';
@@ -17,6 +18,7 @@ export function createRegistry(): Registry {
     .register(pagerdutyPlugin)
     .register(twilioPlugin)
     .register(noProgressPlugin)
+    .register(behaviorBreakerPlugin)
     .register(warnPlugin)
     .register(autoCompactPlugin)
     .register(autoLimitContextPlugin)

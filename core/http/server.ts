@@ -12,6 +12,7 @@ import { isAppError } from '../errors.ts';
 import { adminGuard, isLoopback } from './auth.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
+import { breakerRoutes } from './routes/breaker.ts';
 import { gateRoutes } from './routes/gate.ts';
 import { healthRoutes } from './routes/health.ts';
 import { ingestRoutes } from './routes/ingest.ts';
@@ -43,11 +44,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   app.setSerializerCompiler(serializerCompiler);
   await app.register(swagger, {
     openapi: {
-      info: {
-        title: 'Vigil',
-        version: opts.version ?? '0.0.0',
-        description: 'Catch coding agents that spend without progress.',
-      },
+      info: { title: 'Vigil', version: opts.version ?? '0.0.0', description: 'Catch coding agents that spend without progress.' },
     },
     transform: jsonSchemaTransform,
   });
@@ -56,9 +53,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   const admin = adminGuard(token);
   if (opts.host && !isLoopback(opts.host)) {
     if (!token) {
-      throw new Error(
-        `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
-      );
+      throw new Error(`binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`);
     }
     app.addHook('onRequest', admin);
   }
@@ -91,6 +86,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   await app.register(alertRoutes(vigil, admin));
   await app.register(adminRoutes(vigil, admin));
   await app.register(gateRoutes(vigil));
+  await app.register(breakerRoutes(vigil, admin));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

@@ -31,6 +31,7 @@ export const healthRoutes =
             version: v,
             last_seen_at: new Date(at).toISOString(),
           })),
+          tripped_models: (await vigil.breaker.view(0)).models.filter((m) => m.tripped).map((m) => m.model),
         };
       },
     );
