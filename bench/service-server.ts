@@ -1,4 +1,6 @@
 // The server side of bench/service.ts, in its own process:
+// Exit cleanly on SIGTERM so --cpu-prof can write its profile.
+process.on('SIGTERM', () => process.exit(0));
 //   node bin/run-ts.mjs bench/service-server.ts bare|vigil|vigil-hang
 import 'reflect-metadata';
 import Fastify from 'fastify';

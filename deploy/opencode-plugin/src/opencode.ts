@@ -1,0 +1,81 @@
+import type { PluginInput } from '@opencode-ai/plugin';
+import type { OpencodeActions } from './directives.ts';
+import type { ModelRef, SessionLookup } from './identity.ts';
+
+// opencode's server API as the plugin uses it, through ctx.client (the v1 SDK client).
+// ctx.client, not a bare fetch to ctx.serverUrl: opencode builds it with the project
+// directory and the server's own auth headers (OPENCODE_SERVER_PASSWORD), so the calls
+// reach the right instance on a secured server too. Every call has a timeout.
+
+type Client = PluginInput['client'];
+type Result = { error?: unknown; response?: Response; data?: unknown };
+
+const CALL_MS = 5_000;
+/**
+ * summarize with `auto: true` answers only when the resumed agent loop ends, so its
+ * timeout is long: whether dropping the connection would cancel the loop is not
+ * something to find out in production.
+ */
+const SUMMARIZE_MS = 6 * 3_600_000;
+
+function check(r: Result, what: string): unknown {
+  if (r.error !== undefined || (r.response && !r.response.ok)) {
+    throw new Error(`${what} answered ${r.response?.status ?? 'an error'}`);
+  }
+  return r.data;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export function opencodeActions(client: Client): OpencodeActions {
+  return {
+    async toast(t) {
+      check(await client.tui.showToast({ body: t, signal: AbortSignal.timeout(CALL_MS) }), 'show-toast');
+    },
+    async abort(id) {
+      check(await client.session.abort({ path: { id }, signal: AbortSignal.timeout(CALL_MS) }), 'abort');
+    },
+    async waitIdle(id, maxMs) {
+      const until = Date.now() + maxMs;
+      while (Date.now() < until) {
+        const r = await client.session.status({ signal: AbortSignal.timeout(CALL_MS) }).catch(() => undefined);
+        const st = (r?.data as Record<string, { type?: string }> | undefined)?.[id];
+        if (r?.data && (!st || st.type === 'idle')) return;
+        await sleep(250);
+      }
+    },
+    async summarize(id, model, auto) {
+      // The v1 SDK types predate `auto`; the client sends the body as given.
+      const body = { providerID: model.providerID, modelID: model.modelID, auto } as {
+        providerID: string;
+        modelID: string;
+      };
+      check(
+        await client.session.summarize({ path: { id }, body, signal: AbortSignal.timeout(SUMMARIZE_MS) }),
+        'summarize',
+      );
+    },
+    async lastModel(id) {
+      const r = await client.session.messages({
+        path: { id },
+        query: { limit: 20 },
+        signal: AbortSignal.timeout(CALL_MS),
+      });
+      const list = check(r, 'messages') as
+        | { info?: { role?: string; providerID?: unknown; modelID?: unknown } }[]
+        | undefined;
+      for (const m of [...(list ?? [])].reverse()) {
+        const i = m.info;
+        if (i?.role === 'assistant' && typeof i.providerID === 'string' && typeof i.modelID === 'string') {
+          return { providerID: i.providerID, modelID: i.modelID } satisfies ModelRef;
+        }
+      }
+      return undefined;
+    },
+  };
+}
+
+/** The parent lookup for chat.headers: `GET /session/{id}` (its info has parentID). */
+export function sessionLookup(client: Client): SessionLookup {
+  return async (id, signal) => check(await client.session.get({ path: { id }, signal }), 'session.get');
+}

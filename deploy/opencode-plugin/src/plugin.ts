@@ -1,0 +1,65 @@
+import { appendFileSync } from 'node:fs';
+import type { Hooks, Plugin, PluginInput } from '@opencode-ai/plugin';
+import type { Log } from './client.ts';
+import { PluginCore } from './core.ts';
+import { SessionBook } from './identity.ts';
+import { opencodeActions, sessionLookup } from './opencode.ts';
+import { PLUGIN_ID } from './version.ts';
+
+// The hook shell: opencode 1.18 loads this file from a plugin directory and calls every
+// exported function as a plugin `(ctx) => hooks`, so this module exports exactly one
+// (helpers stay unexported). Each hook is wrapped: a failure here must never fail or
+// slow the agent's session.
+//
+// Env: VIGIL_URL (default http://127.0.0.1:7411), VIGIL_PLUGIN_LOG (a file for debug
+// lines; off by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll,
+// default 3000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
+
+function fileLog(path: string | undefined): Log | undefined {
+  if (!path) return undefined;
+  return (level, msg, data) => {
+    try {
+      appendFileSync(path, `${JSON.stringify({ t: new Date().toISOString(), level, msg, ...data })}\n`);
+    } catch {
+      // a debug log must not break anything
+    }
+  };
+}
+
+function createCore(ctx: PluginInput, env: Record<string, string | undefined>): PluginCore {
+  const poll = Number(env.VIGIL_POLL_MS);
+  return new PluginCore({
+    book: new SessionBook({ lookup: sessionLookup(ctx.client) }),
+    actions: opencodeActions(ctx.client),
+    vigil: { url: env.VIGIL_URL || 'http://127.0.0.1:7411', pluginId: PLUGIN_ID },
+    cwd: ctx.directory,
+    pollMs: Number.isFinite(poll) && poll >= 250 ? poll : 3_000,
+    log: fileLog(env.VIGIL_PLUGIN_LOG),
+  });
+}
+
+export const VigilPlugin: Plugin = async (ctx) => {
+  if (process.env.VIGIL_PLUGIN_DISABLED === '1') return {};
+  const core = createCore(ctx, process.env);
+  const log = fileLog(process.env.VIGIL_PLUGIN_LOG);
+  log?.('debug', 'loaded', { plugin: PLUGIN_ID, directory: ctx.directory });
+  const guard =
+    <A extends unknown[]>(name: string, fn: (...a: A) => unknown) =>
+    async (...a: A): Promise<void> => {
+      try {
+        await fn(...a);
+      } catch (err) {
+        log?.('warn', 'hook failed', { hook: name, err: String(err).slice(0, 200) });
+      }
+    };
+  const hooks: Hooks = {
+    event: guard('event', ({ event }: { event: unknown }) => core.onEvent(event)),
+    'chat.message': guard('chat.message', (i: unknown, o: unknown) => core.onChatMessage(i, o)),
+    'chat.params': guard('chat.params', (i: unknown) => core.onChatParams(i)),
+    'chat.headers': guard('chat.headers', (i: unknown, o: unknown) => core.onChatHeaders(i, o)),
+    'tool.execute.after': guard('tool.execute.after', (i: unknown, o: unknown) => core.onToolAfter(i, o)),
+    'experimental.session.compacting': guard('compacting', (i: unknown, o: unknown) => core.onCompacting(i, o)),
+    dispose: guard('dispose', () => core.dispose()),
+  };
+  return hooks;
+};

@@ -1,0 +1,487 @@
+import { execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
+
+// The opencode plugin end to end, against the real opencode-ai 1.18.33 (the
+// devDependency's binary) and a scripted fake model (test/fixtures/opencode-e2e/, from
+// the shared lab), with `vigil serve` as the judge. The plugin is built and installed
+// by deploy/opencode-plugin/install.mjs into an isolated XDG config dir. Everything
+// binds to loopback; every process runs in its own process group and is stopped in
+// afterAll; the temp dir is removed (VIGIL_E2E_KEEP=1 keeps it: logs/ has the
+// plugin's debug log, the fake model's requests and every server's output).
+
+const ROOT = join(import.meta.dirname, '..');
+const FIX = join(ROOT, 'test', 'fixtures', 'opencode-e2e');
+const OPENCODE = join(ROOT, 'node_modules', '.bin', 'opencode');
+const OC_VERSION = '1.18.33';
+
+// Small but realistic thresholds: a loop is flagged after a couple of dozen calls.
+const THRESHOLDS = `
+  window: 30
+  dup_min_events: 10
+  stall_turns: 10
+  loop_turns: 20
+  top_warn: 8
+  top_loop: 16
+  session_repeat_warn: 10
+  session_repeat_loop: 20
+`;
+// Memory backend and no channels: nothing shared with other test runs, no desktop popups.
+const overlay = (mode: string) =>
+  `store:\n  backend: memory\nprogress:\n  mode: ${mode}${THRESHOLDS}notifications:\n  channels: []\n`;
+/** The caller's environment without settings that would leak into the isolated servers. */
+const baseEnv = (): NodeJS.ProcessEnv =>
+  Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(OPENCODE_|VIGIL_|REDIS_URL$|XDG_)/.test(k)));
+
+let tmp = '';
+let project = '';
+let logs = '';
+let fakeLog = '';
+let vigilUrl = '';
+let vigilPort = 0;
+let ocUrl = '';
+let pluginVersion = '';
+let vigil: Proc | undefined;
+const procs: Proc[] = [];
+
+interface SessionRow {
+  session: string;
+  agent: string | null;
+  parent: string | null;
+  root: string;
+  verdict: string;
+  reason: string;
+  stage: number;
+  top_target: string | null;
+  top_count: number;
+  calls: number;
+  landed: number;
+  plugin_live: boolean;
+  plugin_version: string | null;
+}
+interface OcMessage {
+  info: {
+    id: string;
+    role: string;
+    agent?: string;
+    finish?: string;
+    summary?: boolean;
+    error?: { name: string };
+    time: { completed?: number };
+  };
+  parts: {
+    type: string;
+    tool?: string;
+    text?: string;
+    synthetic?: boolean;
+    state?: { status: string; error?: string };
+  }[];
+}
+interface FakeRequest {
+  headers: Record<string, string>;
+  tools: string[];
+  decision: { kind: string; script?: string };
+  body?: { messages: { role: string; content: unknown }[] };
+}
+
+const vigilGet = async <T>(path: string) => (await http<T>('GET', `${vigilUrl}${path}`)).data;
+const ocGet = async <T>(path: string) => (await http<T>('GET', `${ocUrl}${path}`)).data;
+const row = async (id: string) => (await vigilGet<SessionRow[]>('/sessions')).find((r) => r.session === id);
+const toolCalls = (ms: OcMessage[]) => ms.flatMap((m) => m.parts).filter((p) => p.type === 'tool');
+const fakeRequests = (): FakeRequest[] =>
+  existsSync(fakeLog)
+    ? readFileSync(fakeLog, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l))
+    : [];
+const textOf = (c: unknown): string =>
+  typeof c === 'string'
+    ? c
+    : Array.isArray(c)
+      ? c.map((x) => (typeof x === 'string' ? x : (x?.text ?? ''))).join('\n')
+      : '';
+const tail = (p: Proc | undefined) => (p ? `--- ${p.name} (last 3000 chars) ---\n${p.output().slice(-3000)}` : '');
+const pluginLog = () => {
+  const f = join(logs, 'plugin.jsonl');
+  return existsSync(f) ? `--- plugin log ---\n${readFileSync(f, 'utf8').slice(-3000)}` : '';
+};
+const detail = () => [tail(vigil), tail(procs.find((p) => p.name === 'opencode')), pluginLog()].join('\n');
+
+async function startVigil(mode: string): Promise<Proc> {
+  const file = join(tmp, `vigil-${mode}.yaml`);
+  writeFileSync(file, overlay(mode));
+  const p = startProc(
+    `vigil-${mode}`,
+    process.execPath,
+    ['bin/vigil.mjs', 'serve', '--port', String(vigilPort), '--config', file],
+    {
+      cwd: ROOT,
+      env: baseEnv(),
+      logDir: logs,
+    },
+  );
+  procs.push(p);
+  await until(
+    'vigil serve /health',
+    async () => (await http('GET', `${vigilUrl}/health`, undefined, 2_000)).status === 200,
+    {
+      timeoutMs: 60_000,
+      detail: () => tail(p),
+    },
+  );
+  return p;
+}
+
+/** POST a prompt and wait for the whole agent loop (the sync route answers when it ends). */
+async function runSession(title: string, prompt: string): Promise<{ id: string; messages: OcMessage[] }> {
+  const s = await http<{ id: string }>('POST', `${ocUrl}/session`, { title });
+  expect(s.status).toBe(200);
+  const r = await http(
+    'POST',
+    `${ocUrl}/session/${s.data.id}/message`,
+    { parts: [{ type: 'text', text: prompt }] },
+    240_000,
+  );
+  expect(r.status, JSON.stringify(r.data).slice(0, 300)).toBe(200);
+  return { id: s.data.id, messages: await ocGet<OcMessage[]>(`/session/${s.data.id}/message`) };
+}
+
+beforeAll(async () => {
+  tmp = mkdtempSync(join(tmpdir(), 'vigil-oc-e2e-'));
+  project = join(tmp, 'project');
+  logs = join(tmp, 'logs');
+  fakeLog = join(logs, 'fake-model.jsonl');
+  const xdg = join(tmp, 'xdg');
+  for (const d of ['data', 'config/opencode', 'cache', 'state']) mkdirSync(join(xdg, d), { recursive: true });
+  mkdirSync(join(tmp, 'tmp'), { recursive: true });
+  mkdirSync(logs, { recursive: true });
+
+  // The project: a git repo with a bug, a test script and a spec the loops read.
+  mkdirSync(join(project, 'src'), { recursive: true });
+  mkdirSync(join(project, 'docs'), { recursive: true });
+  writeFileSync(join(project, 'src', 'app.js'), 'export function add(a, b) {\n  return a - b;\n}\n');
+  writeFileSync(
+    join(project, 'test.sh'),
+    "#!/bin/sh\ngrep -q 'a + b' src/app.js && echo PASS || { echo 'FAIL: add' >&2; exit 1; }\n",
+  );
+  writeFileSync(join(project, 'docs', 'spec.md'), '# Spec\n\nadd(a, b) returns the sum.\n');
+  const git = (...a: string[]) => execFileSync('git', a, { cwd: project, stdio: 'ignore' });
+  git('init', '-q');
+  git('add', '-A');
+  git('-c', 'user.name=e2e', '-c', 'user.email=e2e@example.invalid', 'commit', '-qm', 'initial');
+
+  // The plugin, built and installed the way an operator does it.
+  const out = execFileSync(
+    process.execPath,
+    ['deploy/opencode-plugin/install.mjs', '--dest', join(xdg, 'config', 'opencode', 'plugin')],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+    },
+  );
+  pluginVersion = /installed (vigil-opencode\/\S+)/.exec(out)?.[1] ?? '';
+  expect(pluginVersion).toMatch(/^vigil-opencode\/\d+\.\d+\.\d+\+[0-9a-f]{8}$/);
+
+  // opencode npm-installs @opencode-ai/plugin into each config dir at start unless
+  // node_modules/ and a lock file listing it exist (pitfall 2): seed stubs.
+  for (const dir of [join(xdg, 'config', 'opencode'), join(project, '.opencode')]) {
+    mkdirSync(join(dir, 'node_modules'), { recursive: true });
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ dependencies: { '@opencode-ai/plugin': OC_VERSION } }));
+    writeFileSync(
+      join(dir, 'package-lock.json'),
+      JSON.stringify({
+        lockfileVersion: 3,
+        requires: true,
+        packages: { '': { dependencies: { '@opencode-ai/plugin': OC_VERSION } } },
+      }),
+    );
+  }
+
+  // The fake model.
+  cpSync(join(FIX, 'script.json'), join(tmp, 'script.json'));
+  const portFile = join(tmp, 'fake.port');
+  procs.push(
+    startProc(
+      'fake-model',
+      process.execPath,
+      [
+        join(FIX, 'fake-model.mjs'),
+        '--script',
+        join(tmp, 'script.json'),
+        '--port',
+        '0',
+        '--port-file',
+        portFile,
+        '--log',
+        fakeLog,
+        '--log-bodies',
+        '1',
+      ],
+      { cwd: tmp, env: baseEnv(), logDir: logs },
+    ),
+  );
+  const fakePort = await until(
+    'the fake model port',
+    () => existsSync(portFile) && readFileSync(portFile, 'utf8').trim(),
+  );
+  writeFileSync(
+    join(project, 'opencode.json'),
+    JSON.stringify({
+      model: 'fake/loop-model',
+      small_model: 'fake/loop-model',
+      enabled_providers: ['fake'],
+      autoupdate: false,
+      share: 'disabled',
+      provider: {
+        fake: {
+          npm: '@ai-sdk/openai-compatible',
+          name: 'Fake scripted model',
+          options: { baseURL: `http://127.0.0.1:${fakePort}/v1`, apiKey: 'fake-key' },
+          models: { 'loop-model': { name: 'Loop model', tool_call: true, limit: { context: 200000, output: 8000 } } },
+        },
+      },
+    }),
+  );
+
+  // Vigil, warn mode first (the sensor alone).
+  vigilPort = await freePort();
+  vigilUrl = `http://127.0.0.1:${vigilPort}`;
+  vigil = await startVigil('warn');
+
+  // opencode serve with the plugin, isolated and offline.
+  const ocPort = await freePort();
+  ocUrl = `http://127.0.0.1:${ocPort}`;
+  const oc = startProc('opencode', OPENCODE, ['serve', '--hostname', '127.0.0.1', '--port', String(ocPort)], {
+    cwd: project,
+    env: {
+      ...baseEnv(),
+      XDG_DATA_HOME: join(xdg, 'data'),
+      XDG_CONFIG_HOME: join(xdg, 'config'),
+      XDG_CACHE_HOME: join(xdg, 'cache'),
+      XDG_STATE_HOME: join(xdg, 'state'),
+      TMPDIR: join(tmp, 'tmp'),
+      OPENCODE_DISABLE_MODELS_FETCH: '1',
+      OPENCODE_DISABLE_AUTOUPDATE: '1',
+      OPENCODE_DISABLE_SHARE: '1',
+      OPENCODE_DISABLE_LSP_DOWNLOAD: '1',
+      VIGIL_URL: vigilUrl,
+      VIGIL_POLL_MS: '1000',
+      VIGIL_PLUGIN_LOG: join(logs, 'plugin.jsonl'),
+    },
+    logDir: logs,
+  });
+  procs.push(oc);
+  // Pitfall 1: a request sent before this line may never be answered.
+  await until('opencode "listening" line', () => /listening on http/.test(oc.output()), { timeoutMs: 90_000, detail });
+  await until(
+    'opencode /global/health',
+    async () => (await http('GET', `${ocUrl}/global/health`, undefined, 3_000)).status === 200,
+  );
+}, 180_000);
+
+afterAll(async () => {
+  for (const p of procs.reverse()) await stopProc(p);
+  if (tmp && !process.env.VIGIL_E2E_KEEP) rmSync(tmp, { recursive: true, force: true });
+}, 60_000);
+
+describe('the opencode plugin against opencode 1.18.33', () => {
+  it('keeps a healthy session ok: edits with diffs, a test that passes after failing, a commit', async () => {
+    const { id, messages } = await runSession('healthy', 'HEALTHY: fix add() so test.sh passes');
+    const calls = toolCalls(messages);
+    expect(calls.map((c) => `${c.tool}:${c.state?.status}`)).toEqual([
+      'read:completed',
+      'bash:completed',
+      'edit:completed',
+      'bash:completed',
+      'read:completed',
+      'write:completed',
+      'edit:completed',
+      'bash:completed',
+      'bash:completed',
+      'bash:completed',
+    ]);
+    const r = await until(
+      'all 10 events judged',
+      async () => {
+        const x = await row(id);
+        return x && x.calls === 10 ? x : undefined;
+      },
+      { detail },
+    );
+    expect(r.verdict).toBe('ok');
+    expect(r.landed).toBeGreaterThanOrEqual(4); // edit, passing test after a failure, write, edit, commit
+    expect(r.agent).toBe('build');
+    expect(r.plugin_version).toBe(pluginVersion);
+    expect(r.plugin_live).toBe(true);
+
+    // The identity headers reached the model (the fake model logs x- headers).
+    const mine = fakeRequests().filter((q) => q.headers['x-router-conversation'] === id);
+    expect(mine.length).toBeGreaterThanOrEqual(11);
+    for (const q of mine) {
+      expect(q.headers['x-router-agent']).toBe('build');
+      expect(q.headers['x-vigil-plugin']).toBe(pluginVersion);
+      expect(q.headers['x-router-parent']).toBeUndefined();
+    }
+    const health = await vigilGet<{ plugins: { version: string }[] }>('/health');
+    expect(health.plugins.map((p) => p.version)).toContain(pluginVersion);
+  }, 240_000);
+
+  it('flags a session that reads one file over and over (warn mode: it runs on)', async () => {
+    const { id, messages } = await runSession('loop-warn', 'LOOP-WARN: understand docs/spec.md');
+    const calls = toolCalls(messages);
+    expect(calls).toHaveLength(30);
+    expect(calls.every((c) => c.tool === 'read' && c.state?.status === 'completed')).toBe(true);
+    const r = await until(
+      '30 events judged',
+      async () => {
+        const x = await row(id);
+        return x && x.calls === 30 ? x : undefined;
+      },
+      { detail },
+    );
+    expect(r.verdict).toBe('looping');
+    expect(r.top_target).toBe('read docs/spec.md');
+    expect(r.top_count).toBeGreaterThanOrEqual(20);
+    expect(r.landed).toBe(0);
+    expect(r.stage).toBe(0); // warn: no recovery
+    expect(r.reason).toMatch(/^looping: /);
+    const report = (await http<string>('GET', `${vigilUrl}/sessions/${id}/report`)).data;
+    expect(report).toContain('read docs/spec.md');
+  }, 240_000);
+
+  it('auto_recover: aborts a looping child, compacts its root with the incident report, lifts after compaction_done', async () => {
+    // The same plugin, a judge in auto_recover mode on the same port (the plugin's
+    // buffer and directive poll ride over the restart).
+    if (vigil) await stopProc(vigil);
+    vigil = await startVigil('auto_recover');
+    expect((await vigilGet<{ mode: string }>('/health')).mode).toBe('auto_recover');
+
+    const s = await http<{ id: string }>('POST', `${ocUrl}/session`, { title: 'orchestrator' });
+    const root = s.data.id;
+    // Watch the tree while the recovery runs: the refusal and the wait for the
+    // compaction must show, then the lift.
+    const seen: { refusedChild: boolean; awaiting: boolean; stage: number }[] = [];
+    let child = '';
+    let watching = true;
+    const watcher = (async () => {
+      while (watching) {
+        const t = await vigilGet<{
+          tree: { stage: number; refused: Record<string, unknown>; awaiting_compaction?: unknown } | null;
+        }>(`/trees/${root}`).catch(() => undefined);
+        if (t?.tree) {
+          seen.push({
+            refusedChild: child !== '' && child in t.tree.refused,
+            awaiting: !!t.tree.awaiting_compaction,
+            stage: t.tree.stage,
+          });
+        }
+        await sleep(100);
+      }
+    })();
+
+    const pa = await http('POST', `${ocUrl}/session/${root}/prompt_async`, {
+      parts: [{ type: 'text', text: 'ORCHESTRATE: have a worker study the spec' }],
+    });
+    expect(pa.status).toBe(204);
+    child = await until(
+      'the worker child session',
+      async () => {
+        const kids = await ocGet<{ id: string }[]>(`/session/${root}/children`);
+        return kids[0]?.id;
+      },
+      { detail },
+    );
+
+    // The judge flags the child, the plugin aborts it and the root, compacts the root
+    // with the report, the root resumes from the compacted context and finishes.
+    const flagged = await until(
+      'the child flagged looping',
+      async () => {
+        const x = await row(child);
+        return x && x.verdict === 'looping' ? x : undefined;
+      },
+      { timeoutMs: 120_000, detail },
+    );
+    expect(flagged.parent).toBe(root);
+    expect(flagged.root).toBe(root);
+    expect(flagged.agent).toBe('general');
+
+    const rootMessages = await until(
+      'the root to resume and finish after its compaction',
+      async () => {
+        const ms = await ocGet<OcMessage[]>(`/session/${root}/message`);
+        const last = ms.at(-1);
+        const done =
+          last?.info.role === 'assistant' &&
+          last.info.time.completed &&
+          last.parts.some((p) => p.text?.startsWith('Recovered'));
+        return done ? ms : undefined;
+      },
+      { timeoutMs: 120_000, detail },
+    );
+
+    // Root: aborted turn, compaction request, summary, opencode's synthetic continue, the resumed answer.
+    expect(rootMessages.some((m) => m.info.error?.name === 'MessageAbortedError')).toBe(true);
+    expect(rootMessages.some((m) => m.parts.some((p) => p.type === 'compaction'))).toBe(true);
+    expect(rootMessages.some((m) => m.info.summary === true)).toBe(true);
+    expect(rootMessages.some((m) => m.parts.some((p) => p.type === 'text' && p.synthetic))).toBe(true);
+
+    // Child: stopped before its 40 scripted reads.
+    const childMessages = await ocGet<OcMessage[]>(`/session/${child}/message`);
+    expect(childMessages.some((m) => m.info.error?.name === 'MessageAbortedError')).toBe(true);
+    expect(toolCalls(childMessages).length).toBeLessThan(40);
+    expect(toolCalls(childMessages).length).toBeGreaterThanOrEqual(20);
+
+    // The compaction request the model got carries the incident report at its end.
+    const compaction = fakeRequests().find(
+      (q) => q.tools.length === 0 && q.body?.messages.some((m) => textOf(m.content).includes('<conversation>')),
+    );
+    expect(compaction, 'a compaction request reached the model').toBeDefined();
+    const prompt = compaction!.body!.messages.map((m) => textOf(m.content)).join('\n');
+    expect(prompt).toContain('[vigil] A sub-agent');
+    expect(prompt).toContain(`session: ${child}`);
+    expect(prompt).toContain('read docs/spec.md');
+    expect(prompt).toMatch(/Avoid: /);
+    // The child's model requests named its parent.
+    const childReqs = fakeRequests().filter((q) => q.headers['x-router-conversation'] === child);
+    expect(childReqs.length).toBeGreaterThan(0);
+    expect(
+      childReqs.every((q) => q.headers['x-router-parent'] === root && q.headers['x-router-agent'] === 'general'),
+    ).toBe(true);
+
+    // The tree: stage 1, and once compaction_done arrived, the refusal lifted and every
+    // directive (abort x2, compact, toast, lift) acknowledged.
+    const tree = await until(
+      'the refusal lifted and all directives acknowledged',
+      async () => {
+        const t = await vigilGet<{
+          tree: {
+            stage: number;
+            refused: Record<string, unknown>;
+            awaiting_compaction?: unknown;
+            recoveries: number[];
+          };
+          directives: unknown[];
+        }>(`/trees/${root}`);
+        return t.tree &&
+          !t.tree.awaiting_compaction &&
+          Object.keys(t.tree.refused).length === 0 &&
+          t.directives.length === 0
+          ? t
+          : undefined;
+      },
+      { timeoutMs: 60_000, detail },
+    );
+    watching = false;
+    await watcher;
+    expect(tree.tree.stage).toBe(1);
+    expect(tree.tree.recoveries).toHaveLength(1);
+    expect(seen.some((x) => x.refusedChild && x.awaiting && x.stage === 1)).toBe(true);
+    expect(seen.at(-1)).toEqual({ refusedChild: false, awaiting: false, stage: 1 });
+  }, 300_000);
+});
