@@ -8,6 +8,7 @@ import type { ChannelCommon } from './contracts.ts';
 import { duration } from './duration.ts';
 import { AppError } from './errors.ts';
 import type { Registry } from './registry.ts';
+import { WatchdogSchema } from './watchdog/options.ts';
 
 export const DEFAULT_CONFIG_PATH = resolve(dirname(fileURLToPath(import.meta.url)), '../config/default.yaml');
 
@@ -121,6 +122,7 @@ export function rootSchema(registry: Registry) {
         })
         .prefault({}),
       local_compute: LocalComputeSchema.prefault({}),
+      watchdog: WatchdogSchema.prefault({}),
       modes: z.strictObject(modeSections).prefault({}),
       ...detectorSections,
     })

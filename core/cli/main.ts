@@ -126,6 +126,25 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
       if (code !== 0) throw new CommanderError(code, 'vigil.replay', 'replay finished with problems');
     });
 
+  const watchdog = program.command('watchdog').description('the watchdog timer: an independent sensor that reports');
+  watchdog
+    .command('tick')
+    .description('one tick: judge the opencode sessions active since the last tick and report them (never acts)')
+    .option('--config <path>', 'config overlay file (env VIGIL_CONFIG)')
+    .action(async (raw) => {
+      const a = parseArgs(z.strictObject({ config: ConfigArg }), raw, 'watchdog tick');
+      const { runTick } = await import('../watchdog/tick.ts');
+      const cfg = loadConfig({ registry: createRegistry(), file: a.config });
+      const r = await runTick({ config: cfg, logger: createLogger({ level: process.env.VIGIL_LOG_LEVEL ?? 'warn' }) });
+      const line = `watchdog tick: ${r.status} servers=${r.servers} sessions=${r.sessions} flagged=${r.flagged} model_calls=${r.model_calls} service=${r.service}${r.alerted ? ' alerted' : ''}${r.error ? ` (${r.error})` : ''}\n`;
+      // skipped, idle and blind are normal outcomes for a timer; only a failed tick is an error
+      if (r.status === 'error') {
+        io.err(line);
+        throw new CommanderError(1, 'vigil.watchdog', 'watchdog tick failed');
+      }
+      io.out(line);
+    });
+
   return program;
 }
 

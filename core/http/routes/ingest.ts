@@ -65,7 +65,11 @@ export const ingestRoutes =
   async (app) => {
     const pluginVersion = (h: unknown) => {
       if (typeof h !== 'string' || !/^[\x21-\x7e]{1,80}$/.test(h)) return undefined;
+      // Bounded: any client can send any header value; keep the 50 most recent versions.
+      vigil.health.plugins.delete(h);
       vigil.health.plugins.set(h, vigil.clock.now());
+      if (vigil.health.plugins.size > 50)
+        vigil.health.plugins.delete(vigil.health.plugins.keys().next().value as string);
       return h;
     };
     const rootsDirectives = async (sessions: Iterable<string>) => {
@@ -147,6 +151,27 @@ export const ingestRoutes =
           received_at: vigil.clock.now(),
         };
         await vigil.store.set('watchdog:last', vigil.health.watchdog);
+        // A blind watchdog (opencode's API changed shape) must not pass for "all healthy":
+        // one warning, resolved by the next tick that reads again. Transitions only.
+        const { status, error } = req.body.result;
+        if (status === 'blind') {
+          await vigil.notifier.notify({
+            dedup_key: 'watchdog:blind',
+            severity: 'warning',
+            title: 'watchdog is blind',
+            summary: `the watchdog cannot read opencode: ${error ?? 'unexpected API shape'}`.slice(0, 1024),
+            source: 'watchdog',
+          });
+        } else if (status === 'ok' || status === 'flagged' || status === 'idle') {
+          await vigil.notifier.notify({
+            dedup_key: 'watchdog:blind',
+            severity: 'warning',
+            state: 'resolve',
+            title: 'watchdog is blind',
+            summary: 'the watchdog reads opencode again',
+            source: 'watchdog',
+          });
+        }
         return reply.code(202).send({ ok: true });
       },
     );
