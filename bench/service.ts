@@ -37,17 +37,18 @@ async function server(mode: string): Promise<{ url: string; child: ChildProcess 
   return { url, child };
 }
 
-// 2,000 distinct progress events over 200 sessions (fingerprints as the plugin sends them).
-const bodies = Array.from({ length: 2000 }, (_, i) =>
+// 20,000 distinct progress events over 200 sessions (fingerprints as the plugin sends
+// them): healthy traffic, distinct calls with a landed change now and then, so the
+// figure is the per-event hot path. (A looping stream also carries its pending
+// directives back in every answer until the plugin acknowledges them.)
+const bodies = Array.from({ length: 20_000 }, (_, i) =>
   JSON.stringify({
     session_id: `ses_bench_${i % 200}`,
     agent: 'build',
     tool: 'read',
     call_id: `call_${i}`,
-    fingerprint: createHash('sha256')
-      .update(`read src/file${i % 37}.ts`)
-      .digest('hex'),
-    target: `src/file${i % 37}.ts`,
+    fingerprint: createHash('sha256').update(`read src/file${i}.ts`).digest('hex'),
+    target: `src/file${i}.ts`,
     exit: 0,
     landed: i % 50 === 0,
     ts: 1_796_000_000_000 + i,

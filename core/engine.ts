@@ -131,16 +131,16 @@ export class Engine {
   ): Promise<VerdictTransition[]> {
     const all: VerdictTransition[] = [];
     for (const ev of events) {
-      this.metrics.events.inc({ kind: ev.kind });
-      const end = this.metrics.judgeSeconds.startTimer();
+      this.metrics.event(ev.kind);
+      const t0 = performance.now();
       const changes = await this.detector.ingest({ type: 'progress', event: ev }, origin);
-      end();
+      this.metrics.judged(t0);
       if (ev.kind === 'compaction_done') {
         const root = await this.detector.rootOf(ev.session_id);
         await this.modeEvent(root, { type: 'compaction_done', session_id: ev.session_id, root_id: root });
       }
       for (const c of changes) await this.onTransition(c);
-      all.push(...changes);
+      if (changes.length) all.push(...changes);
     }
     return all;
   }
@@ -149,9 +149,9 @@ export class Engine {
     const all: VerdictTransition[] = [];
     for (const r of records) {
       this.metrics.requests.inc();
-      const end = this.metrics.judgeSeconds.startTimer();
+      const t0 = performance.now();
       const changes = await this.detector.ingest({ type: 'request', record: r });
-      end();
+      this.metrics.judged(t0);
       await this.breaker
         .onRequest(r)
         .catch((err) => this.logger.warn({ err: (err as Error).message }, 'breaker failed'));

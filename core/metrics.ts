@@ -45,6 +45,23 @@ export class Metrics {
     registers: [this.registry],
   });
   readonly queueDepth: Gauge;
+  /** Labelled children resolved once: the hot path does no label hashing. */
+  private readonly byKind = new Map<string, Counter.Internal>();
+
+  /** Counts one progress event of `kind`. */
+  event(kind: string): void {
+    let c = this.byKind.get(kind);
+    if (!c) {
+      c = this.events.labels(kind);
+      this.byKind.set(kind, c);
+    }
+    c.inc();
+  }
+
+  /** Records the judge's time for one input started at `t0` (performance.now()). */
+  judged(t0: number): void {
+    this.judgeSeconds.observe((performance.now() - t0) / 1000);
+  }
 
   constructor(depth: () => Promise<number>) {
     this.queueDepth = new Gauge({

@@ -54,6 +54,8 @@ export interface VerdictTransition {
 }
 
 const RANK: Record<VerdictLevel, number> = { ok: 0, stalling: 1, looping: 2 };
+/** Shared empty result: most events change nothing, so nothing is allocated for them. */
+const NONE = Object.freeze([]) as unknown as VerdictTransition[];
 /** State of a session idle this long is dropped from the Redis backend. */
 const STATE_TTL_MS = 7 * 86_400_000;
 /** An external verdict counts for this long unless renewed. */
@@ -70,24 +72,36 @@ interface SessionRepo {
 /** In-process: live objects, least recently updated dropped past max_sessions. */
 class LiveRepo implements SessionRepo {
   private readonly m = new Map<string, SessionState>();
+  private stamp = 0;
   constructor(private readonly knobs: () => NoProgressKnobs) {}
   async get(id: string) {
     return this.m.get(id);
   }
-  async mutate(id: string, fn: (s: SessionState) => void) {
+  /** Synchronous: the in-process hot path needs no await. */
+  mutateNow(id: string, fn: (s: SessionState) => void): { s: SessionState; from: LevelCode } {
     let s = this.m.get(id);
     if (s === undefined) {
       const k = this.knobs();
-      if (this.m.size >= k.max_sessions) this.m.delete(this.m.keys().next().value as string);
+      if (this.m.size >= k.max_sessions) this.evict(k.max_sessions);
       s = newSessionState(k);
-    } else this.m.delete(id); // re-inserted below: Map order is recency order
-    this.m.set(id, s);
+      this.m.set(id, s);
+    }
+    s.touched = ++this.stamp;
     const from = s.level;
     fn(s);
     return { s, from };
   }
+  async mutate(id: string, fn: (s: SessionState) => void) {
+    return this.mutateNow(id, fn);
+  }
   async ids() {
     return [...this.m.keys()];
+  }
+  /** Drops the least recently updated 1% (at least one): rare, so a sort is fine. */
+  private evict(max: number): void {
+    const n = Math.max(1, Math.floor(max / 100));
+    const cut = [...this.m.values()].map((s) => s.touched).sort((a, b) => a - b)[Math.min(n, this.m.size) - 1];
+    for (const [id, s] of this.m) if (s.touched <= cut) this.m.delete(id);
   }
 }
 
@@ -124,13 +138,17 @@ export class NoProgressDetector {
   private readonly noParentUntil = new Map<string, number>();
   private readonly metas = new Map<string, SessionMeta>();
 
+  /** Set on the memory backend: its synchronous path skips an await per event. */
+  private readonly live: LiveRepo | undefined;
+
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     readonly _logger: Logger,
     readonly knobs: () => NoProgressKnobs,
   ) {
-    this.repo = store.backend === 'memory' ? new LiveRepo(knobs) : new StoreRepo(store, knobs);
+    this.live = store.backend === 'memory' ? new LiveRepo(knobs) : undefined;
+    this.repo = this.live ?? new StoreRepo(store, knobs);
   }
 
   /** Applies one progress event or request record; returns the effective verdict changes it caused. */
@@ -144,24 +162,51 @@ export class NoProgressDetector {
         : input.type === 'request'
           ? input.record.parent_session_id
           : undefined;
-    if (parent) await this.link(id, parent);
-    await this.touchMeta(id, input, origin);
-    const ext = await this.externalOf(id);
-    const { s, from } = await this.repo.mutate(id, (st) => {
+    // The hot path awaits only on a cache miss: links and metas are cached in-process.
+    if (parent && this.parents.get(id) !== parent) await this.link(id, parent);
+    const meta = this.metas.get(id) ?? (await this.meta(id));
+    if (this.metaChanges(meta, input, origin)) await this.touchMeta(id, input, origin);
+    const ext = this.fresh(this.metas.get(id)?.external);
+    const apply = (st: SessionState) => {
       if (input.type === 'progress') onProgress(st, input.event as ProgressEvent, k);
       else if (input.type === 'request') onRequest(st, input.record as RequestRecord, k);
       else onRollup(st, input.rollup, k);
-    });
-    const out: VerdictTransition[] = [];
-    this.collect(out, id, s, from, ext, k);
+    };
+    const { s, from } = this.live ? this.live.mutateNow(id, apply) : await this.repo.mutate(id, apply);
+    let out: VerdictTransition[] = NONE;
+    if (s.level !== from) out = this.collect(out, id, s, from, ext, k);
     const r = rollUpOf(input);
     if (r) {
-      for (const anc of await this.ancestors(id)) {
-        const { s: as, from: af } = await this.repo.mutate(anc, (st) => onRollup(st, r, k));
-        this.collect(out, anc, as, af, await this.externalOf(anc), k);
+      const ancestors = this.cachedAncestors(id) ?? (await this.ancestors(id));
+      for (const anc of ancestors) {
+        const roll = (st: SessionState) => onRollup(st, r, k);
+        const { s: as, from: af } = this.live ? this.live.mutateNow(anc, roll) : await this.repo.mutate(anc, roll);
+        if (as.level !== af) out = this.collect(out, anc, as, af, await this.externalOf(anc), k);
       }
     }
     return out;
+  }
+
+  /** Ancestors from the in-process caches alone, or undefined when a link is not cached. */
+  private cachedAncestors(id: string): string[] | undefined {
+    const out: string[] = [];
+    let cur = id;
+    const now = this.clock.now();
+    for (let depth = 0; depth < 16; depth++) {
+      const p = this.parents.get(cur);
+      if (p) {
+        if (p === id || out.includes(p)) return out;
+        out.push(p);
+        cur = p;
+        continue;
+      }
+      return (this.noParentUntil.get(cur) ?? 0) > now ? out : undefined;
+    }
+    return out;
+  }
+
+  private fresh(ext: ExternalVerdict | undefined): ExternalVerdict | undefined {
+    return ext && this.clock.now() - ext.at < EXTERNAL_TTL_MS ? ext : undefined;
   }
 
   /** Records a verdict from outside (the watchdog); returns the effective change, if any. */
@@ -194,14 +239,15 @@ export class NoProgressDetector {
     from: LevelCode,
     ext: ExternalVerdict | undefined,
     k: NoProgressKnobs,
-  ): void {
-    if (s.level === from) return;
+  ): VerdictTransition[] {
+    if (s.level === from) return out;
     const extRank = ext ? RANK[ext.level] : 0;
     const before = Math.max(from, extRank);
     const after = Math.max(s.level, extRank);
-    if (before === after) return;
+    if (before === after) return out;
     const own = verdictOf(s, k);
     const useExt = ext !== undefined && extRank > s.level;
+    if (out === NONE) out = [];
     out.push({
       session_id: id,
       from: LEVELS[before],
@@ -209,6 +255,7 @@ export class NoProgressDetector {
       verdict: useExt ? { ...own, level: ext.level, reason: ext.reason.slice(0, 300) } : own,
       source: useExt ? ext.source : 'no-progress',
     });
+    return out;
   }
 
   /** The session's effective verdict: its own, or a fresh external one when that is worse. */
@@ -228,8 +275,7 @@ export class NoProgressDetector {
   }
 
   private async externalOf(id: string): Promise<ExternalVerdict | undefined> {
-    const ext = (await this.meta(id))?.external;
-    return ext && this.clock.now() - ext.at < EXTERNAL_TTL_MS ? ext : undefined;
+    return this.fresh((this.metas.get(id) ?? (await this.meta(id)))?.external);
   }
 
   async state(id: string): Promise<SessionState | undefined> {
@@ -299,19 +345,24 @@ export class NoProgressDetector {
     if (this.metas.size > 50_000) this.metas.delete(this.metas.keys().next().value as string);
   }
 
-  /** Writes meta only when something in it changes (a new model, a new plugin version, a stale live mark). */
+  /** Whether this input changes the session's meta (a new model, a new plugin version, a stale live mark). */
+  private metaChanges(m: SessionMeta | undefined, input: JudgeInput, origin: { plugin_version?: string }): boolean {
+    if (!m) return true;
+    if (input.type === 'request' && !m.models.includes(input.record.model)) return true;
+    const pv = origin.plugin_version;
+    return (
+      pv !== undefined && (m.plugin_version !== pv || this.clock.now() - (m.plugin_seen_at ?? 0) > PLUGIN_LIVE_MS / 4)
+    );
+  }
+
+  /** Writes meta only when something in it changes, so most events write nothing. */
   private async touchMeta(id: string, input: JudgeInput, origin: { plugin_version?: string }): Promise<void> {
-    const m = await this.meta(id);
     const now = this.clock.now();
     const model = input.type === 'request' ? input.record.model : undefined;
-    const newModel = model !== undefined && !(m?.models ?? []).includes(model);
     const pv = origin.plugin_version;
-    const pluginStale =
-      pv !== undefined && (m?.plugin_version !== pv || now - (m?.plugin_seen_at ?? 0) > PLUGIN_LIVE_MS / 4);
-    if (m && !newModel && !pluginStale) return;
     await this.updateMeta(id, (cur) => ({
       ...cur,
-      models: newModel ? [...cur.models, model!].slice(-8) : cur.models,
+      models: model !== undefined && !cur.models.includes(model) ? [...cur.models, model].slice(-8) : cur.models,
       ...(pv !== undefined ? { plugin_version: pv, plugin_seen_at: now } : {}),
     }));
   }

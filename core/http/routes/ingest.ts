@@ -75,6 +75,7 @@ export const ingestRoutes =
     const rootsDirectives = async (sessions: Iterable<string>) => {
       const roots = new Set<string>();
       for (const s of sessions) roots.add(await vigil.detector.rootOf(s));
+      if (roots.size === 1) return vigil.engine.directives.pending(roots.values().next().value as string);
       const out = [];
       for (const r of roots) out.push(...(await vigil.engine.directives.pending(r)));
       return out;
@@ -94,7 +95,9 @@ export const ingestRoutes =
         const changes = await vigil.engine.progress(events, {
           plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]),
         });
-        const directives = await rootsDirectives(new Set(events.map((e) => e.session_id)));
+        const directives = await rootsDirectives(
+          events.length === 1 ? [events[0].session_id] : new Set(events.map((e) => e.session_id)),
+        );
         return reply.code(202).send({
           accepted: events.length,
           verdicts: changes.map((c) => ({ session: c.session_id, from: c.from, to: c.to, source: c.source })),
