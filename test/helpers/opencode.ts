@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, http, type Proc, startProc, stopProc, until } from '../fixtures/opencode-e2e/procs.ts';
 
-// Test harnesses for the watchdog:
+// Test harnesses for the watchdog and other end-to-end suites:
 // - startOpencode: a REAL `opencode serve` (the opencode-ai devDependency, 1.18.33) with
 //   the scripted fake model of test/fixtures/opencode-e2e/, offline, isolated XDG and
 //   TMPDIR dirs, seeded plugin-dependency stubs (no npm at start) and no plugin;
@@ -48,7 +48,12 @@ function seedPluginDeps(dir: string): void {
   );
 }
 
-export async function startOpencode(o: { script: unknown; files?: Record<string, string> }): Promise<OpencodeLab> {
+export async function startOpencode(o: {
+  script: unknown;
+  files?: Record<string, string>;
+  /** Where opencode sends model requests, given the fake model's URL (e.g. a router in front of it). */
+  modelUrl?: (fakeModelUrl: string) => string | Promise<string>;
+}): Promise<OpencodeLab> {
   const tmp = mkdtempSync(join(tmpdir(), 'vigil-wd-oc-'));
   const project = join(tmp, 'project');
   const logs = join(tmp, 'logs');
@@ -89,6 +94,8 @@ export async function startOpencode(o: { script: unknown; files?: Record<string,
         timeoutMs: 30_000,
       },
     );
+    const fakeUrl = `http://127.0.0.1:${fakePort}`;
+    const baseURL = o.modelUrl ? await o.modelUrl(fakeUrl) : fakeUrl;
     writeFileSync(
       join(project, 'opencode.json'),
       JSON.stringify({
@@ -101,7 +108,7 @@ export async function startOpencode(o: { script: unknown; files?: Record<string,
           fake: {
             npm: '@ai-sdk/openai-compatible',
             name: 'Fake scripted model',
-            options: { baseURL: `http://127.0.0.1:${fakePort}/v1`, apiKey: 'fake-key' },
+            options: { baseURL: `${baseURL}/v1`, apiKey: 'fake-key' },
             models: { 'loop-model': { name: 'Loop model', tool_call: true, limit: { context: 200000, output: 8000 } } },
           },
         },
