@@ -1,6 +1,4 @@
 // The server side of bench/service.ts, in its own process:
-// Exit cleanly on SIGTERM so --cpu-prof can write its profile.
-process.on('SIGTERM', () => process.exit(0));
 //   node bin/run-ts.mjs bench/service-server.ts bare|vigil|vigil-hang
 import 'reflect-metadata';
 import Fastify from 'fastify';
@@ -9,6 +7,9 @@ import { createVigil } from '../core/app.ts';
 import { createRegistry } from '../core/builtins.ts';
 import type { ChannelPlugin } from '../core/contracts.ts';
 import { buildServer } from '../core/http/server.ts';
+
+// Exit cleanly on SIGTERM so --cpu-prof can write its profile.
+process.on('SIGTERM', () => process.exit(0));
 
 const mode = process.argv[2] ?? 'bare';
 

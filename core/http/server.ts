@@ -44,7 +44,11 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   app.setSerializerCompiler(serializerCompiler);
   await app.register(swagger, {
     openapi: {
-      info: { title: 'Vigil', version: opts.version ?? '0.0.0', description: 'Catch coding agents that spend without progress.' },
+      info: {
+        title: 'Vigil',
+        version: opts.version ?? '0.0.0',
+        description: 'Catch coding agents that spend without progress.',
+      },
     },
     transform: jsonSchemaTransform,
   });
@@ -53,7 +57,9 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   const admin = adminGuard(token);
   if (opts.host && !isLoopback(opts.host)) {
     if (!token) {
-      throw new Error(`binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`);
+      throw new Error(
+        `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
+      );
     }
     app.addHook('onRequest', admin);
   }
