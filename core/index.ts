@@ -11,7 +11,7 @@ export { duration } from './duration.ts';
 export { AppError, DeliveryError } from './errors.ts';
 export { createLogger, type Logger } from './logger.ts';
 export type { DetectorPlugin, ModePlugin } from './registry.ts';
-export { Registry } from './registry.ts';
+export { classChannel, Registry } from './registry.ts';
 export { renderLine, renderTitle, truncate } from './render.ts';
 export type { Store } from './store/store.ts';
 export { TOKENS } from './tokens.ts';

@@ -1,7 +1,9 @@
-import type { DependencyContainer } from 'tsyringe';
+import type { DependencyContainer, InjectionToken } from 'tsyringe';
+
 import type { z } from 'zod';
-import type { ChannelPlugin } from './contracts.ts';
+import type { Channel, ChannelPlugin } from './contracts.ts';
 import { AppError } from './errors.ts';
+import { TOKENS } from './tokens.ts';
 
 /**
  * A detector type: consumes progress events, request records and verdicts, keeps its
@@ -60,4 +62,28 @@ export class Registry {
       );
     return p;
   }
+}
+
+/**
+ * A channel type whose instances are one @injectable class: each config entry gets a
+ * child container holding its options (TOKENS.PluginOptions) and name (TOKENS.PluginName).
+ */
+export function classChannel<O extends object>(
+  type: string,
+  options: z.ZodObject<any>,
+  cls: InjectionToken<Channel>,
+  secrets?: (o: O) => string[],
+): ChannelPlugin<O> {
+  return {
+    kind: 'channel',
+    type,
+    options,
+    ...(secrets ? { secrets } : {}),
+    create(c, opts, name) {
+      const child = c.createChildContainer();
+      child.register(TOKENS.PluginOptions, { useValue: opts });
+      child.register(TOKENS.PluginName, { useValue: name });
+      return child.resolve(cls);
+    },
+  };
 }

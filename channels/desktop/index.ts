@@ -1,18 +1,7 @@
-import type { ChannelPlugin } from '../../core/contracts.ts';
-import { TOKENS } from '../../core/tokens.ts';
+import { classChannel } from '../../core/registry.ts';
 import { DesktopChannel } from './desktop.channel.ts';
 import { type DesktopOptions, DesktopOptionsSchema } from './desktop.options.ts';
 
-export const desktopPlugin: ChannelPlugin<DesktopOptions> = {
-  kind: 'channel',
-  type: 'desktop',
-  options: DesktopOptionsSchema,
-  create(c, opts, name) {
-    const child = c.createChildContainer();
-    child.register(TOKENS.PluginOptions, { useValue: opts });
-    child.register(TOKENS.PluginName, { useValue: name });
-    return child.resolve(DesktopChannel);
-  },
-};
+export const desktopPlugin = classChannel<DesktopOptions>('desktop', DesktopOptionsSchema, DesktopChannel);
 
 export { DesktopOptionsSchema };
