@@ -1,9 +1,9 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
+import { cleanEnv, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
 
 // The opencode plugin end to end, against the real opencode-ai 1.18.33 (the
 // devDependency's binary) and a scripted fake model (test/fixtures/opencode-e2e/, from
@@ -15,8 +15,6 @@ import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './
 
 const ROOT = join(import.meta.dirname, '..');
 const FIX = join(ROOT, 'test', 'fixtures', 'opencode-e2e');
-const OPENCODE = join(ROOT, 'node_modules', '.bin', 'opencode');
-const OC_VERSION = '1.18.33';
 
 // Small but realistic thresholds: a loop is flagged after a couple of dozen calls.
 const THRESHOLDS = `
@@ -32,12 +30,9 @@ const THRESHOLDS = `
 // Memory backend and no channels: nothing shared with other test runs, no desktop popups.
 const overlay = (mode: string) =>
   `store:\n  backend: memory\nprogress:\n  mode: ${mode}${THRESHOLDS}notifications:\n  channels: []\n`;
-/** The caller's environment without settings that would leak into the isolated servers. */
-const baseEnv = (): NodeJS.ProcessEnv =>
-  Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(OPENCODE_|VIGIL_|REDIS_URL$|XDG_)/.test(k)));
 
+let lab: OpencodeLab | undefined;
 let tmp = '';
-let project = '';
 let logs = '';
 let fakeLog = '';
 let vigilUrl = '';
@@ -110,7 +105,7 @@ const pluginLog = () => {
   const f = join(logs, 'plugin.jsonl');
   return existsSync(f) ? `--- plugin log ---\n${readFileSync(f, 'utf8').slice(-3000)}` : '';
 };
-const detail = () => [tail(vigil), tail(procs.find((p) => p.name === 'opencode')), pluginLog()].join('\n');
+const detail = () => [tail(vigil), lab?.detail() ?? '', pluginLog()].join('\n');
 
 async function startVigil(mode: string): Promise<Proc> {
   const file = join(tmp, `vigil-${mode}.yaml`);
@@ -121,7 +116,7 @@ async function startVigil(mode: string): Promise<Proc> {
     ['bin/vigil.mjs', 'serve', '--port', String(vigilPort), '--config', file],
     {
       cwd: ROOT,
-      env: baseEnv(),
+      env: cleanEnv(),
       logDir: logs,
     },
   );
@@ -152,141 +147,45 @@ async function runSession(title: string, prompt: string): Promise<{ id: string; 
 }
 
 beforeAll(async () => {
-  tmp = mkdtempSync(join(tmpdir(), 'vigil-oc-e2e-'));
-  project = join(tmp, 'project');
-  logs = join(tmp, 'logs');
-  fakeLog = join(logs, 'fake-model.jsonl');
-  const xdg = join(tmp, 'xdg');
-  for (const d of ['data', 'config/opencode', 'cache', 'state']) mkdirSync(join(xdg, d), { recursive: true });
-  mkdirSync(join(tmp, 'tmp'), { recursive: true });
-  mkdirSync(logs, { recursive: true });
-
   // The project: a git repo with a bug, a test script and a spec the loops read.
-  mkdirSync(join(project, 'src'), { recursive: true });
-  mkdirSync(join(project, 'docs'), { recursive: true });
-  writeFileSync(join(project, 'src', 'app.js'), 'export function add(a, b) {\n  return a - b;\n}\n');
-  writeFileSync(
-    join(project, 'test.sh'),
-    "#!/bin/sh\ngrep -q 'a + b' src/app.js && echo PASS || { echo 'FAIL: add' >&2; exit 1; }\n",
-  );
-  writeFileSync(join(project, 'docs', 'spec.md'), '# Spec\n\nadd(a, b) returns the sum.\n');
-  const git = (...a: string[]) => execFileSync('git', a, { cwd: project, stdio: 'ignore' });
-  git('init', '-q');
-  git('add', '-A');
-  git('-c', 'user.name=e2e', '-c', 'user.email=e2e@example.invalid', 'commit', '-qm', 'initial');
-
-  // The plugin, built and installed the way an operator does it.
-  const out = execFileSync(
-    process.execPath,
-    ['deploy/opencode-plugin/install.mjs', '--dest', join(xdg, 'config', 'opencode', 'plugin')],
-    {
-      cwd: ROOT,
-      encoding: 'utf8',
+  const files = {
+    'src/app.js': 'export function add(a, b) {\n  return a - b;\n}\n',
+    'test.sh': "#!/bin/sh\ngrep -q 'a + b' src/app.js && echo PASS || { echo 'FAIL: add' >&2; exit 1; }\n",
+    'docs/spec.md': '# Spec\n\nadd(a, b) returns the sum.\n',
+  };
+  lab = await startOpencode({
+    script: JSON.parse(readFileSync(join(FIX, 'script.json'), 'utf8')),
+    files,
+    fakeModelLog: true,
+    async beforeStart(dirs) {
+      tmp = dirs.tmp;
+      logs = dirs.logs;
+      // The plugin, built and installed the way an operator does it.
+      const out = execFileSync(
+        process.execPath,
+        ['deploy/opencode-plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
+        { cwd: ROOT, encoding: 'utf8' },
+      );
+      pluginVersion = /installed (vigil-opencode\/\S+)/.exec(out)?.[1] ?? '';
+      expect(pluginVersion).toMatch(/^vigil-opencode\/\d+\.\d+\.\d+\+[0-9a-f]{8}$/);
+      // Vigil, warn mode first (the sensor alone).
+      vigilPort = await freePort();
+      vigilUrl = `http://127.0.0.1:${vigilPort}`;
+      vigil = await startVigil('warn');
     },
-  );
-  pluginVersion = /installed (vigil-opencode\/\S+)/.exec(out)?.[1] ?? '';
-  expect(pluginVersion).toMatch(/^vigil-opencode\/\d+\.\d+\.\d+\+[0-9a-f]{8}$/);
-
-  // opencode npm-installs @opencode-ai/plugin into each config dir at start unless
-  // node_modules/ and a lock file listing it exist (pitfall 2): seed stubs.
-  for (const dir of [join(xdg, 'config', 'opencode'), join(project, '.opencode')]) {
-    mkdirSync(join(dir, 'node_modules'), { recursive: true });
-    writeFileSync(join(dir, 'package.json'), JSON.stringify({ dependencies: { '@opencode-ai/plugin': OC_VERSION } }));
-    writeFileSync(
-      join(dir, 'package-lock.json'),
-      JSON.stringify({
-        lockfileVersion: 3,
-        requires: true,
-        packages: { '': { dependencies: { '@opencode-ai/plugin': OC_VERSION } } },
-      }),
-    );
-  }
-
-  // The fake model.
-  cpSync(join(FIX, 'script.json'), join(tmp, 'script.json'));
-  const portFile = join(tmp, 'fake.port');
-  procs.push(
-    startProc(
-      'fake-model',
-      process.execPath,
-      [
-        join(FIX, 'fake-model.mjs'),
-        '--script',
-        join(tmp, 'script.json'),
-        '--port',
-        '0',
-        '--port-file',
-        portFile,
-        '--log',
-        fakeLog,
-        '--log-bodies',
-        '1',
-      ],
-      { cwd: tmp, env: baseEnv(), logDir: logs },
-    ),
-  );
-  const fakePort = await until(
-    'the fake model port',
-    () => existsSync(portFile) && readFileSync(portFile, 'utf8').trim(),
-  );
-  writeFileSync(
-    join(project, 'opencode.json'),
-    JSON.stringify({
-      model: 'fake/loop-model',
-      small_model: 'fake/loop-model',
-      enabled_providers: ['fake'],
-      autoupdate: false,
-      share: 'disabled',
-      provider: {
-        fake: {
-          npm: '@ai-sdk/openai-compatible',
-          name: 'Fake scripted model',
-          options: { baseURL: `http://127.0.0.1:${fakePort}/v1`, apiKey: 'fake-key' },
-          models: { 'loop-model': { name: 'Loop model', tool_call: true, limit: { context: 200000, output: 8000 } } },
-        },
-      },
-    }),
-  );
-
-  // Vigil, warn mode first (the sensor alone).
-  vigilPort = await freePort();
-  vigilUrl = `http://127.0.0.1:${vigilPort}`;
-  vigil = await startVigil('warn');
-
-  // opencode serve with the plugin, isolated and offline.
-  const ocPort = await freePort();
-  ocUrl = `http://127.0.0.1:${ocPort}`;
-  const oc = startProc('opencode', OPENCODE, ['serve', '--hostname', '127.0.0.1', '--port', String(ocPort)], {
-    cwd: project,
-    env: {
-      ...baseEnv(),
-      XDG_DATA_HOME: join(xdg, 'data'),
-      XDG_CONFIG_HOME: join(xdg, 'config'),
-      XDG_CACHE_HOME: join(xdg, 'cache'),
-      XDG_STATE_HOME: join(xdg, 'state'),
-      TMPDIR: join(tmp, 'tmp'),
-      OPENCODE_DISABLE_MODELS_FETCH: '1',
-      OPENCODE_DISABLE_AUTOUPDATE: '1',
-      OPENCODE_DISABLE_SHARE: '1',
-      OPENCODE_DISABLE_LSP_DOWNLOAD: '1',
+    env: (dirs) => ({
       VIGIL_URL: vigilUrl,
       VIGIL_POLL_MS: '1000',
-      VIGIL_PLUGIN_LOG: join(logs, 'plugin.jsonl'),
-    },
-    logDir: logs,
+      VIGIL_PLUGIN_LOG: join(dirs.logs, 'plugin.jsonl'),
+    }),
   });
-  procs.push(oc);
-  // Pitfall 1: a request sent before this line may never be answered.
-  await until('opencode "listening" line', () => /listening on http/.test(oc.output()), { timeoutMs: 90_000, detail });
-  await until(
-    'opencode /global/health',
-    async () => (await http('GET', `${ocUrl}/global/health`, undefined, 3_000)).status === 200,
-  );
+  ocUrl = lab.url;
+  fakeLog = lab.fakeLog;
 }, 180_000);
 
 afterAll(async () => {
   for (const p of procs.reverse()) await stopProc(p);
-  if (tmp && !process.env.VIGIL_E2E_KEEP) rmSync(tmp, { recursive: true, force: true });
+  await lab?.stop();
 }, 60_000);
 
 describe('the opencode plugin against opencode 1.18.33', () => {

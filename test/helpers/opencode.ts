@@ -24,6 +24,9 @@ export interface OpencodeLab {
   url: string;
   tmp: string;
   project: string;
+  /** Process logs; with `fakeModelLog`, `fake-model.jsonl` holds one line per model request. */
+  logs: string;
+  fakeLog: string;
   /** $XDG_DATA_HOME/opencode/opencode.db of this server */
   db: string;
   /** Runs one session to idle (the sync route answers when the agent loop ends); returns its id. */
@@ -48,11 +51,29 @@ function seedPluginDeps(dir: string): void {
   );
 }
 
+export interface LabDirs {
+  tmp: string;
+  project: string;
+  logs: string;
+  /** The isolated XDG base: config/opencode/plugin/ is where a global plugin goes. */
+  xdg: string;
+}
+
+/** The caller's environment without settings that would leak into the isolated servers. */
+export const cleanEnv = (): NodeJS.ProcessEnv =>
+  Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(OPENCODE_|VIGIL_|REDIS_URL$|XDG_)/.test(k)));
+
 export async function startOpencode(o: {
   script: unknown;
   files?: Record<string, string>;
   /** Where opencode sends model requests, given the fake model's URL (e.g. a router in front of it). */
   modelUrl?: (fakeModelUrl: string) => string | Promise<string>;
+  /** Log every model request (headers, and bodies) to `fakeLog`. */
+  fakeModelLog?: boolean;
+  /** Runs after the project is set up, before opencode starts (install a plugin, start a service). */
+  beforeStart?: (dirs: LabDirs) => void | Promise<void>;
+  /** Extra environment for opencode (its plugins read it). */
+  env?: (dirs: LabDirs) => NodeJS.ProcessEnv;
 }): Promise<OpencodeLab> {
   const tmp = mkdtempSync(join(tmpdir(), 'vigil-wd-oc-'));
   const project = join(tmp, 'project');
@@ -72,6 +93,8 @@ export async function startOpencode(o: {
   seedPluginDeps(join(xdg, 'config', 'opencode'));
   seedPluginDeps(join(project, '.opencode'));
 
+  const fakeLog = join(logs, 'fake-model.jsonl');
+  const dirs: LabDirs = { tmp, project, logs, xdg };
   const procs: Proc[] = [];
   const stop = async () => {
     for (const p of procs.reverse()) await stopProc(p);
@@ -83,8 +106,12 @@ export async function startOpencode(o: {
     const fake = startProc(
       'fake-model',
       process.execPath,
-      [FAKE_MODEL, '--script', join(tmp, 'script.json'), '--port', '0', '--port-file', portFile],
-      { cwd: tmp, env: process.env, logDir: logs },
+      [
+        FAKE_MODEL,
+        ...['--script', join(tmp, 'script.json'), '--port', '0', '--port-file', portFile],
+        ...(o.fakeModelLog ? ['--log', fakeLog, '--log-bodies', '1'] : []),
+      ],
+      { cwd: tmp, env: cleanEnv(), logDir: logs },
     );
     procs.push(fake);
     const fakePort = await until(
@@ -114,12 +141,14 @@ export async function startOpencode(o: {
         },
       }),
     );
+    await o.beforeStart?.(dirs);
     const port = await freePort(); // explicit: --port 0 means 4096 when free
     const url = `http://127.0.0.1:${port}`;
     const oc = startProc('opencode', OPENCODE, ['serve', '--hostname', '127.0.0.1', '--port', String(port)], {
       cwd: project,
       env: {
-        ...process.env,
+        ...cleanEnv(),
+        ...o.env?.(dirs),
         XDG_DATA_HOME: join(xdg, 'data'),
         XDG_CONFIG_HOME: join(xdg, 'config'),
         XDG_CACHE_HOME: join(xdg, 'cache'),
@@ -148,6 +177,8 @@ export async function startOpencode(o: {
       url,
       tmp,
       project,
+      logs,
+      fakeLog,
       db: join(xdg, 'data', 'opencode', 'opencode.db'),
       detail,
       stop,
