@@ -115,8 +115,6 @@ export class Vigil {
       logger.child({ part: 'delivery' }),
       clock,
       store,
-      // One lane per channel keeps first attempts in order only within one process.
-      config.notifications.concurrency === 1 && store.backend === 'memory',
     );
     this.notifier = new Notifier(
       config.notifications.channels as ChannelEntry[],

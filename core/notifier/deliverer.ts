@@ -31,8 +31,6 @@ export class Deliverer {
     private readonly logger: Logger,
     private readonly clock: Clock,
     private readonly store: Store,
-    /** True when each channel delivers one job at a time (concurrency 1), so first attempts run in order. */
-    private readonly inOrderLane = false,
   ) {}
 
   channelNames(): string[] {
@@ -101,12 +99,12 @@ export class Deliverer {
   }
 
   /**
-   * Only a retried or recovered job can be overtaken by a later transition: with one
-   * lane per channel (concurrency 1) a first attempt runs in order, so it skips the read.
+   * Only a retried or recovered job can find a later transition already delivered: the
+   * queue hands out a channel's jobs in order, so a first attempt was picked before any
+   * later job and the read could not change its fate. It is skipped then.
    */
   private async superseded(job: DeliverJob, attempt: number, started: number): Promise<boolean> {
-    if (job.alert.test) return false;
-    if (this.inOrderLane && attempt === 1 && started <= 1) return false;
+    if (job.alert.test || (attempt === 1 && started <= 1)) return false;
     const sent = await this.store.get<number>(`sent:${job.channel}:${job.alert.dedup_key}`).catch(() => undefined);
     return sent !== undefined && sent > job.alert.seq;
   }
