@@ -217,3 +217,49 @@ describe.each(['memory', 'redis'] as const)('notifier pipeline (%s)', (backend) 
     await expect(v.notifier.notify({ ...alert(), severity: 'loud' as never })).rejects.toThrow(/severity/);
   });
 });
+
+describe('notifier ordering (redis)', () => {
+  it('a retried trigger that lost the race with its resolve is not sent after it', async () => {
+    const b = behaviour('ok');
+    let calls = 0;
+    const flaky = {
+      ...recordingPlugin(b, 'flaky'),
+      create(_c: unknown, _o: unknown, name: string) {
+        return {
+          type: 'flaky',
+          name,
+          async send(a: import('../alert.ts').Alert) {
+            calls++;
+            // The trigger's first attempt fails (retryable); everything else goes through.
+            if (calls === 1) {
+              const { DeliveryError } = await import('../errors.ts');
+              throw new DeliveryError('flaky channel answered 503', { retryable: true });
+            }
+            b.sent.push(a);
+          },
+        };
+      },
+    };
+    const prefix = testPrefix();
+    const v = await testVigil({
+      backend: 'redis',
+      prefix,
+      registry: createRegistry().register(flaky as never),
+      notifications: { retry_delay: 400 },
+      channels: [{ name: 'flaky', type: 'flaky', min_severity: 'info' }],
+    });
+    running.push({ v, prefix });
+    await v.notifier.notify(alert());
+    await v.notifier.notify(alert({ state: 'resolve' }));
+    const rows = await eventually(async () => {
+      const r = await v.deliveryLog.recent();
+      return r.length === 2 ? r : undefined;
+    });
+    // BullMQ delays the failed trigger; the resolve goes out first; the retry is dropped.
+    expect(b.sent.map((a) => a.state)).toEqual(['resolve']);
+    expect(rows!.find((r) => r.state === 'trigger')).toMatchObject({
+      outcome: 'suppressed',
+      reason: 'superseded: a later transition was already delivered',
+    });
+  });
+});
