@@ -12,23 +12,15 @@ import { createVigil } from '../core/app.ts';
 import { createRegistry } from '../core/builtins.ts';
 import type { ChannelPlugin } from '../core/contracts.ts';
 import { RedisStore } from '../core/store/redis.ts';
+import { benchArgs } from './args.ts';
 
-const args = z
-  .strictObject({
+const args = benchArgs(
+  z.strictObject({
     rate: z.coerce.number().int().positive().default(500),
     count: z.coerce.number().int().positive().default(3000),
     url: z.string().default(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'),
-  })
-  .parse(
-    Object.fromEntries(
-      process.argv
-        .slice(2)
-        .join(' ')
-        .split('--')
-        .filter(Boolean)
-        .map((kv) => kv.trim().split(/\s+/)),
-    ),
-  );
+  }),
+);
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);

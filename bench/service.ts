@@ -6,22 +6,14 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import autocannon from 'autocannon';
 import { z } from 'zod';
+import { benchArgs } from './args.ts';
 
-const args = z
-  .strictObject({
+const args = benchArgs(
+  z.strictObject({
     duration: z.coerce.number().int().positive().default(10),
     connections: z.coerce.number().int().positive().default(10),
-  })
-  .parse(
-    Object.fromEntries(
-      process.argv
-        .slice(2)
-        .join(' ')
-        .split('--')
-        .filter(Boolean)
-        .map((kv) => kv.trim().split(/\s+/)),
-    ),
-  );
+  }),
+);
 
 async function server(mode: string): Promise<{ url: string; child: ChildProcess }> {
   const child = spawn(process.execPath, ['bin/run-ts.mjs', 'bench/service-server.ts', mode], {
