@@ -7,11 +7,11 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { normalizeCall, sha256Hex } from '../core/events/normalize.ts';
-import type { ProgressEvent, ToolEvent } from '../core/events/schema.ts';
-import { runReplay } from '../core/replay/replay.ts';
+import type { ProgressEvent, ToolEvent } from '../core/wire.ts';
 import { onProgress, SessionState, Tracker } from '../detectors/no-progress/judge.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
+import { runReplay } from '../detectors/no-progress/replay/replay.ts';
+import { normalizeCall, sha256Hex } from '../opencode/normalize.ts';
 import { generateCalibration, rng, toJsonl } from '../test/fixtures/calibration.ts';
 
 const quick = process.argv.includes('--quick');

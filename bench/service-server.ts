@@ -3,10 +3,10 @@
 import 'reflect-metadata';
 import Fastify from 'fastify';
 import { z } from 'zod';
+import { createRegistry } from '../builtins.ts';
 import { createVigil } from '../core/app.ts';
-import { createRegistry } from '../core/builtins.ts';
 import type { ChannelPlugin } from '../core/contracts.ts';
-import { buildServer } from '../core/http/server.ts';
+import { buildServer } from '../service/server.ts';
 
 // Exit cleanly on SIGTERM so --cpu-prof can write its profile.
 process.on('SIGTERM', () => process.exit(0));

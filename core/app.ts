@@ -1,8 +1,8 @@
 import 'reflect-metadata';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
+import { createRegistry } from '../builtins.ts';
 import type { BehaviorBreaker } from '../detectors/behavior-breaker/breaker.detector.ts';
 import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
-import { createRegistry } from './builtins.ts';
 import { type Clock, systemClock } from './clock.ts';
 import { type ChannelEntry, loadConfig, type VigilConfig } from './config.ts';
 import type { Channel } from './contracts.ts';

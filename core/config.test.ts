@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { createRegistry } from '../builtins.ts';
 import { tempDir } from '../test/helpers/index.ts';
-import { createRegistry } from './builtins.ts';
 import { ConfigError, DEFAULT_CONFIG_PATH, displayConfig, loadConfig, rootSchema, validateConfig } from './config.ts';
 import type { ChannelPlugin } from './contracts.ts';
 

@@ -3,12 +3,12 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { WatchdogSchema } from '../opencode/watchdog/options.ts';
 import { SeveritySchema } from './alert.ts';
 import type { ChannelCommon } from './contracts.ts';
 import { duration } from './duration.ts';
 import { AppError } from './errors.ts';
 import type { Registry } from './registry.ts';
-import { WatchdogSchema } from './watchdog/options.ts';
 
 export const DEFAULT_CONFIG_PATH = resolve(dirname(fileURLToPath(import.meta.url)), '../config/default.yaml');
 

@@ -15,13 +15,13 @@ import {
 } from '../modes/contracts.ts';
 import { DirectiveQueue } from '../modes/directives.ts';
 import type { Clock } from './clock.ts';
-import type { ProgressEvent, RequestRecord, VerdictLevel } from './events/schema.ts';
 import type { Knobs } from './knobs.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics.ts';
 import type { Notifier } from './notifier/notifier.ts';
 import type { Registry } from './registry.ts';
 import type { Store } from './store/store.ts';
+import type { ProgressEvent, RequestRecord, VerdictLevel } from './wire.ts';
 
 /** What the router asks before each model request. */
 export interface GateQuery {

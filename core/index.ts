@@ -1,9 +1,9 @@
 // Vigil's public surface. Everything else is internal and may change.
 import 'reflect-metadata';
 
+export { createRegistry } from '../builtins.ts';
 export type { Alert, AlertInput, AlertState, Severity } from './alert.ts';
 export { createVigil, Vigil, type VigilOptions } from './app.ts';
-export { createRegistry } from './builtins.ts';
 export { type Clock, FakeClock, systemClock } from './clock.ts';
 export { ConfigError, loadConfig, type VigilConfig } from './config.ts';
 export type { Channel, ChannelPlugin } from './contracts.ts';

@@ -1,5 +1,5 @@
 import type { AlertInput, Severity } from '../core/alert.ts';
-import type { VerdictLevel } from '../core/events/schema.ts';
+import type { VerdictLevel } from '../core/wire.ts';
 import type { Decision, DirectiveSpec, ModeEvent, TreeState } from './contracts.ts';
 
 // What every mode does (seed 000 section 5: "every mode warns"): keep the tree's

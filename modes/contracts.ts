@@ -1,5 +1,5 @@
 import type { AlertInput } from '../core/alert.ts';
-import type { VerdictLevel } from '../core/events/schema.ts';
+import type { VerdictLevel } from '../core/wire.ts';
 
 // Response modes are pure deciders: (tree state, event, options, now) -> decision. The
 // engine (core/engine.ts) loads the tree state from the store, applies the decision

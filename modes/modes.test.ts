@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { createRegistry } from '../builtins.ts';
 import type { Vigil } from '../core/app.ts';
-import { createRegistry } from '../core/builtins.ts';
 import { FakeClock } from '../core/clock.ts';
 import { behaviour, eventually, flushPrefix, recordingPlugin, testPrefix, testVigil } from '../test/helpers/index.ts';
 
@@ -77,7 +77,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
       `escalate/critical/${ROOT}`,
       `resolve/critical/${ROOT}`,
     ]);
-    const warnings = await (await import('../core/http/server.ts')).buildServer(v).then(async (app) => {
+    const warnings = await (await import('../service/server.ts')).buildServer(v).then(async (app) => {
       const r = await app.inject({ method: 'GET', url: '/metrics' });
       await app.close();
       return r.json();

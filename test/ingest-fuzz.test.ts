@@ -1,10 +1,10 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/app.ts';
-import { ProgressEventSchema, RequestRecordSchema } from '../core/events/schema.ts';
-import { GateQuerySchema } from '../core/http/routes/gate.ts';
-import { ExternalVerdictSchema, HeartbeatSchema } from '../core/http/routes/ingest.ts';
-import { type App, buildServer } from '../core/http/server.ts';
+import { ProgressEventSchema, RequestRecordSchema } from '../core/wire.ts';
+import { GateQuerySchema } from '../service/routes/gate.ts';
+import { ExternalVerdictSchema, HeartbeatSchema } from '../service/routes/ingest.ts';
+import { type App, buildServer } from '../service/server.ts';
 import { testVigil } from './helpers/index.ts';
 
 // 10,000 generated malformed bodies per ingestion route: every one a 400 that names the

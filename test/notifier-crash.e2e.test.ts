@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRegistry } from '../core/builtins.ts';
+import { createRegistry } from '../builtins.ts';
 import { markerPlugin } from './fixtures/marker-channel.ts';
 import { eventually, flushPrefix, tempDir, testPrefix, testVigil } from './helpers/index.ts';
 

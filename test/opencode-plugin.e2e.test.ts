@@ -8,7 +8,7 @@ import { cleanEnv, type OpencodeLab, startOpencode } from './helpers/opencode.ts
 // The opencode plugin end to end, against the real opencode-ai 1.18.33 (the
 // devDependency's binary) and a scripted fake model (test/fixtures/opencode-e2e/, from
 // the shared lab), with `vigil serve` as the judge. The plugin is built and installed
-// by deploy/opencode-plugin/install.mjs into an isolated XDG config dir. Everything
+// by opencode/plugin/install.mjs into an isolated XDG config dir. Everything
 // binds to loopback; every process runs in its own process group and is stopped in
 // afterAll; the temp dir is removed (VIGIL_E2E_KEEP=1 keeps it: logs/ has the
 // plugin's debug log, the fake model's requests and every server's output).
@@ -163,7 +163,7 @@ beforeAll(async () => {
       // The plugin, built and installed the way an operator does it.
       const out = execFileSync(
         process.execPath,
-        ['deploy/opencode-plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
+        ['opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
         { cwd: ROOT, encoding: 'utf8' },
       );
       pluginVersion = /installed (vigil-opencode\/\S+)/.exec(out)?.[1] ?? '';

@@ -3,8 +3,8 @@ import type { AddressInfo } from 'node:net';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/app.ts';
-import { normalizeCall } from '../core/events/normalize.ts';
-import { vigilGate } from '../core/http/router-plugin.ts';
+import { normalizeCall } from '../opencode/normalize.ts';
+import { vigilGate } from '../service/router-plugin.ts';
 import { testVigil } from './helpers/index.ts';
 
 // A small fastify "router" embeds the Vigil plugin and proxies model requests to a fake

@@ -1,12 +1,12 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRegistry } from '../builtins.ts';
 import type { Vigil } from '../core/app.ts';
-import { createRegistry } from '../core/builtins.ts';
 import { loadConfig } from '../core/config.ts';
-import { buildServer } from '../core/http/server.ts';
-import { readState } from '../core/watchdog/state.ts';
-import { runTick } from '../core/watchdog/tick.ts';
+import { readState } from '../opencode/watchdog/state.ts';
+import { runTick } from '../opencode/watchdog/tick.ts';
+import { buildServer } from '../service/server.ts';
 import { behaviour, recordingPlugin, tempDir, testVigil } from './helpers/index.ts';
 import { type FakeServer, fakeOllama, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
 

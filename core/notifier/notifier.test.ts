@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { createRegistry } from '../../builtins.ts';
 import {
   behaviour,
   eventually,
@@ -8,7 +9,6 @@ import {
   testVigil,
 } from '../../test/helpers/index.ts';
 import type { Vigil } from '../app.ts';
-import { createRegistry } from '../builtins.ts';
 import { FakeClock } from '../clock.ts';
 
 const running: { v: Vigil; prefix?: string }[] = [];

@@ -1,10 +1,10 @@
 import type { Clock } from '../../core/clock.ts';
 import type { ModelBreaker } from '../../core/engine.ts';
 import { AppError } from '../../core/errors.ts';
-import type { RequestRecord } from '../../core/events/schema.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Notifier } from '../../core/notifier/notifier.ts';
 import type { Store } from '../../core/store/store.ts';
+import type { RequestRecord } from '../../core/wire.ts';
 import type { VerdictTransition } from '../no-progress/no-progress.detector.ts';
 import {
   type BreakerAction,

@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { createRegistry } from '../../builtins.ts';
 import type { Vigil } from '../../core/app.ts';
-import { createRegistry } from '../../core/builtins.ts';
 import { FakeClock } from '../../core/clock.ts';
-import { buildServer } from '../../core/http/server.ts';
+import { buildServer } from '../../service/server.ts';
 import {
   type Behaviour,
   behaviour,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ProgressEventSchema, RequestRecordSchema } from '../../core/events/schema.ts';
+import { ProgressEventSchema, RequestRecordSchema } from '../../core/wire.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
 
 // The generator reproduces DESIGN.md's calibration table: check its figures, so a

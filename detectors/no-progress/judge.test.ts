@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { sha256Hex } from '../../core/events/normalize.ts';
-import { type ProgressEvent, type RequestRecord, type ToolEvent, VerdictSchema } from '../../core/events/schema.ts';
+import { type ProgressEvent, type RequestRecord, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
+import { sha256Hex } from '../../opencode/normalize.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
 import {
   ancestorsOf,

@@ -1,7 +1,7 @@
 import type { Clock } from '../../core/clock.ts';
-import type { ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../core/events/schema.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Store } from '../../core/store/store.ts';
+import type { ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../core/wire.ts';
 import {
   decodeState,
   encodeState,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { sha256Hex } from '../../core/events/normalize.ts';
-import type { ToolEvent } from '../../core/events/schema.ts';
+import type { ToolEvent } from '../../core/wire.ts';
+import { sha256Hex } from '../../opencode/normalize.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
 import { newSessionState, onProgress, onRequest, type SessionState, Tracker } from './judge.ts';
 import { defaultKnobs } from './knobs.ts';

@@ -3,9 +3,9 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { createRegistry } from '../../builtins.ts';
 import type { Alert } from '../../core/alert.ts';
 import { createVigil, type Vigil, type VigilOptions } from '../../core/app.ts';
-import { createRegistry } from '../../core/builtins.ts';
 import type { Channel, ChannelPlugin } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
 import type { Registry } from '../../core/registry.ts';

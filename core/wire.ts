@@ -1,0 +1,168 @@
+import { z } from 'zod';
+
+// The wire shapes shared by the service, the watchdog, replay and the plugin.
+// Every object is strict: an unknown key is rejected, so tool arguments, outputs,
+// prompts or message text cannot ride along under a new name. Every string is
+// bounded and printable ASCII (no newlines), so a field cannot smuggle content.
+
+/** Session, call and request ids: printable ASCII without spaces (opencode `ses_...`, provider call ids). */
+export const IdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+/** An agent name as the plugin or router header gives it ("explore", "Sisyphus-Junior"). */
+export const AgentSchema = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[\x20-\x7e]+$/, 'printable ASCII');
+
+/** A tool id: opencode built-ins ("read", "bash") or MCP tools ("playwright_browser_click"). */
+export const ToolSchema = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+/** sha256 hex of the normalised call (opencode/normalize.ts), never the arguments. */
+export const FingerprintSchema = z.string().regex(/^[0-9a-f]{64}$/, '64 lowercase hex chars (sha256)');
+
+/** Coarse target: a path or a command's first tokens. One line, bounded; may be empty (tools without a path). */
+export const TargetSchema = z
+  .string()
+  .max(256)
+  .regex(/^[\x20-\x7e]*$/, 'one line of printable ASCII');
+
+/** ISO 8601 with an offset (`Z` or `+02:00`) or epoch milliseconds; always epoch ms after parsing. */
+export const TimestampSchema = z
+  .union([z.number().int().min(0).max(8_640_000_000_000_000), z.iso.datetime({ offset: true })])
+  .transform((v) => (typeof v === 'number' ? v : Date.parse(v)));
+
+const ExitSchema = z.number().int().min(-2_147_483_648).max(2_147_483_647).nullable();
+
+const common = {
+  session_id: IdSchema,
+  /** The parent conversation (opencode `parentID`); children's landed events roll up to it. */
+  parent_session_id: IdSchema.nullable().optional(),
+  agent: AgentSchema.optional(),
+  ts: TimestampSchema,
+};
+
+/** One finished tool call (completed or error). */
+export const ToolEventSchema = z.strictObject({
+  kind: z.literal('tool').default('tool'),
+  ...common,
+  tool: ToolSchema,
+  call_id: IdSchema,
+  fingerprint: FingerprintSchema,
+  target: TargetSchema,
+  /** bash: `metadata.exit` (null when aborted); 1 for any call that ended in `state.status: "error"`; 0 otherwise. */
+  exit: ExitSchema.optional(),
+  /** A concrete change landed: see opencode/convert.ts for the narrow definition. */
+  landed: z.boolean(),
+});
+
+/**
+ * A marker, not a tool call: `continuation` (a synthetic or injected "continue" user turn)
+ * or `compaction_done` (the session's context was summarised). They never enter the
+ * duplicate window and never land anything, so they carry no tool, fingerprint or
+ * target. `call_id` may hold the opencode message id, so a watcher re-reading the same
+ * history can drop repeats.
+ */
+export const MarkerEventSchema = z.strictObject({
+  kind: z.enum(['continuation', 'compaction_done']),
+  ...common,
+  call_id: IdSchema.optional(),
+  landed: z.literal(false).default(false),
+});
+
+/** A progress event: a tool call (the default `kind`) or a marker. */
+export const ProgressEventSchema = z.discriminatedUnion('kind', [ToolEventSchema, MarkerEventSchema]);
+
+export type ToolEvent = z.output<typeof ToolEventSchema>;
+export type MarkerEvent = z.output<typeof MarkerEventSchema>;
+export type ProgressEvent = z.output<typeof ProgressEventSchema>;
+export type ProgressEventInput = z.input<typeof ProgressEventSchema>;
+
+/**
+ * One billed LLM request, as the router reports it (or as derived from an opencode
+ * assistant message). `prompt_tokens` includes cached tokens. `parent_session_id` and
+ * `agent` are optional: the router knows them from its identity headers, and without
+ * them a request-only session (no plugin) could not roll up to its parent.
+ */
+export const RequestRecordSchema = z.strictObject({
+  session_id: IdSchema,
+  parent_session_id: IdSchema.nullable().optional(),
+  agent: AgentSchema.optional(),
+  request_id: IdSchema,
+  /** `providerID/modelID`. */
+  model: z
+    .string()
+    .min(1)
+    .max(200)
+    .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces'),
+  prompt_tokens: z.number().int().min(0).max(1_000_000_000),
+  cached_tokens: z.number().int().min(0).max(1_000_000_000).optional(),
+  cost_usd: z.number().min(0).max(1_000_000).optional(),
+  ts: TimestampSchema,
+});
+export type RequestRecord = z.output<typeof RequestRecordSchema>;
+export type RequestRecordInput = z.input<typeof RequestRecordSchema>;
+
+export const VERDICT_LEVELS = ['ok', 'stalling', 'looping'] as const;
+export type VerdictLevel = (typeof VERDICT_LEVELS)[number];
+export const VerdictLevelSchema = z.enum(VERDICT_LEVELS);
+
+/** Which rule decided a non-ok verdict (null for ok). */
+export const VERDICT_RULES = [
+  'duplicates',
+  'fail_streak',
+  'top_repeat',
+  'session_repeat',
+  'continuation',
+  'novelty',
+  'ceiling',
+] as const;
+export type VerdictRule = (typeof VERDICT_RULES)[number];
+
+export const VerdictSignalsSchema = z.strictObject({
+  /** LLM requests since the last landed event, self plus children (tool events when no request was ever seen). */
+  turns_since_landed: z.number().int().min(0),
+  usd_since_landed: z.number().min(0),
+  prompt_tokens_since_landed: z.number().min(0),
+  /** Exact-duplicate share of the rolling window (0 below the minimum window size). */
+  dup_share: z.number().min(0).max(1),
+  /** Consecutive nonzero exits on one fingerprint (read-only agents: also on one target). */
+  fail_streak: z.number().int().min(0),
+  /** Prompt tokens of the latest request. */
+  context_tokens: z.number().int().min(0),
+  /** `tool target` label of the most repeated target in the window, if any repeats. */
+  top_target: TargetSchema.nullable(),
+  top_count: z.number().int().min(0),
+  /** Lower bound of the most repeated exact call that is still recurring (seen within the window span). */
+  session_repeat: z.number().int().min(0),
+  /** Continuation turns since the last landed event. */
+  continuation_turns: z.number().int().min(0),
+  /** Read-only agents: share of first-seen calls among the last `novelty_window` calls (null otherwise). */
+  novelty: z.number().min(0).max(1).nullable(),
+  read_only: z.boolean(),
+  /** Tool calls seen in this session. */
+  calls: z.number().int().min(0),
+  /** Landed events of this session (its own, not its children's). */
+  landed: z.number().int().min(0),
+});
+export type VerdictSignals = z.output<typeof VerdictSignalsSchema>;
+
+export const VerdictSchema = z.strictObject({
+  level: VerdictLevelSchema,
+  rule: z.enum(VERDICT_RULES).nullable(),
+  /** One line, ASCII, no content: counts, a path or a command's first tokens at most. */
+  reason: z
+    .string()
+    .max(300)
+    .regex(/^[\x20-\x7e]*$/),
+  signals: VerdictSignalsSchema,
+});
+export type Verdict = z.output<typeof VerdictSchema>;

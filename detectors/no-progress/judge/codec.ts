@@ -1,0 +1,167 @@
+import { FP_SLOTS, FP_W, type LevelCode, RING_W, SessionState, TG_SLOTS, TG_W, U16 } from './state.ts';
+
+// ---------------------------------------------------------------------------
+// encode / decode (the Redis backend persists a session's state compactly)
+
+const VERSION = 1;
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+/** A compact binary form: scalars, strings, the ring in order, used table slots only. */
+export function encodeState(s: SessionState): Uint8Array {
+  const strs = [s.agent, s.parent, s.topTool, s.topTarget, s.failTool, s.failTarget];
+  const names = s.names;
+  let size = 1 + 4 * 22 + 8 * 5 + 2;
+  const strBytes = strs.map((x) => (x === undefined ? undefined : enc.encode(x)));
+  for (const b of strBytes) size += 2 + (b?.length ?? 0);
+  size += s.len * RING_W * 4;
+  const fpUsed: number[] = [];
+  for (let i = 0; i < FP_SLOTS; i++) if (s.buf[s.fpBase + i * FP_W + 2] & U16) fpUsed.push(i);
+  const tgUsed: number[] = [];
+  for (let i = 0; i < TG_SLOTS; i++) if (s.buf[s.tgBase + i * TG_W + 1] & U16) tgUsed.push(i);
+  size += fpUsed.length * (1 + FP_W * 4) + tgUsed.length * (1 + TG_W * 4);
+  const nameBytes = tgUsed.map((i) =>
+    [names?.[i * 2], names?.[i * 2 + 1]].map((x) => (x === undefined ? undefined : enc.encode(x))),
+  );
+  for (const pair of nameBytes) for (const b of pair) size += 2 + (b?.length ?? 0);
+
+  const out = new Uint8Array(size);
+  const dv = new DataView(out.buffer);
+  let o = 0;
+  out[o++] = VERSION;
+  const u32 = (v: number) => {
+    dv.setUint32(o, v >>> 0);
+    o += 4;
+  };
+  const f64 = (v: number) => {
+    dv.setFloat64(o, v);
+    o += 8;
+  };
+  const bytes = (b: Uint8Array | undefined) => {
+    if (b === undefined) {
+      dv.setUint16(o, 0xffff);
+      o += 2;
+      return;
+    }
+    dv.setUint16(o, b.length);
+    o += 2;
+    out.set(b, o);
+    o += b.length;
+  };
+  const flags = (s.sawRequest ? 1 : 0) | (s.readOnly ? 2 : 0) | (s.topDirty ? 4 : 0) | (names ? 8 : 0);
+  for (const v of [
+    s.cap,
+    s.len,
+    s.dups,
+    s.winTop,
+    s.winTopHi,
+    s.novelRecent,
+    s.calls,
+    s.landed,
+    s.requests,
+    s.continuations,
+    s.compactions,
+    s.reqSince,
+    s.toolsSince,
+    s.contSince,
+    s.contextTokens,
+    s.level,
+    flags,
+    fpUsed.length,
+    tgUsed.length,
+    s.touched,
+    s.winTopLo,
+    (Math.min(s.repUB, U16) << 16) | Math.min(s.failUB, U16),
+  ])
+    u32(v);
+  for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, 0]) f64(v);
+  dv.setUint16(o, 0);
+  o += 2;
+  for (const b of strBytes) bytes(b);
+  // ring, oldest first
+  const start = s.len === s.cap ? s.head : 0;
+  for (let j = 0; j < s.len; j++) {
+    const at = ((start + j) % s.cap) * RING_W;
+    for (let w = 0; w < RING_W; w++) u32(s.buf[at + w]);
+  }
+  for (const i of fpUsed) {
+    out[o++] = i;
+    for (let w = 0; w < FP_W; w++) u32(s.buf[s.fpBase + i * FP_W + w]);
+  }
+  tgUsed.forEach((i, j) => {
+    out[o++] = i;
+    for (let w = 0; w < TG_W; w++) u32(s.buf[s.tgBase + i * TG_W + w]);
+    bytes(nameBytes[j][0]);
+    bytes(nameBytes[j][1]);
+  });
+  return out;
+}
+
+export function decodeState(bytes: Uint8Array): SessionState {
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let o = 0;
+  if (bytes[o++] !== VERSION) throw new Error(`unknown judge state version ${bytes[0]}`);
+  const u32 = () => {
+    const v = dv.getUint32(o);
+    o += 4;
+    return v;
+  };
+  const f64 = () => {
+    const v = dv.getFloat64(o);
+    o += 8;
+    return v;
+  };
+  const str = (): string | undefined => {
+    const n = dv.getUint16(o);
+    o += 2;
+    if (n === 0xffff) return undefined;
+    const v = dec.decode(bytes.subarray(o, o + n));
+    o += n;
+    return v;
+  };
+  const v = Array.from({ length: 22 }, u32);
+  const s = new SessionState(v[0]);
+  [, s.len, s.dups, s.winTop, s.winTopHi, s.novelRecent, s.calls, s.landed, s.requests] = v;
+  s.winTopLo = v[20];
+  s.repUB = v[21] >>> 16;
+  s.failUB = v[21] & U16;
+  [s.continuations, s.compactions, s.reqSince, s.toolsSince, s.contSince, s.contextTokens] = v.slice(9, 15);
+  s.level = v[15] as LevelCode;
+  const flags = v[16];
+  const fpN = v[17];
+  const tgN = v[18];
+  s.touched = v[19];
+  s.sawRequest = (flags & 1) !== 0;
+  s.readOnly = (flags & 2) !== 0;
+  s.topDirty = (flags & 4) !== 0;
+  s.usdSince = f64();
+  s.tokSince = f64();
+  s.usdTotal = f64();
+  s.lastTs = f64();
+  f64();
+  o += 2;
+  s.agent = str();
+  s.parent = str();
+  s.topTool = str();
+  s.topTarget = str();
+  s.failTool = str();
+  s.failTarget = str();
+  for (let j = 0; j < s.len; j++) for (let w = 0; w < RING_W; w++) s.buf[j * RING_W + w] = u32();
+  s.head = s.len === s.cap ? 0 : s.len;
+  for (let j = 0; j < fpN; j++) {
+    const i = bytes[o++];
+    for (let w = 0; w < FP_W; w++) s.buf[s.fpBase + i * FP_W + w] = u32();
+  }
+  if (flags & 8) s.names = new Array(TG_SLOTS * 2).fill(undefined);
+  for (let j = 0; j < tgN; j++) {
+    const i = bytes[o++];
+    for (let w = 0; w < TG_W; w++) s.buf[s.tgBase + i * TG_W + w] = u32();
+    const tool = str();
+    const target = str();
+    if (s.names) {
+      s.names[i * 2] = tool;
+      s.names[i * 2 + 1] = target;
+    }
+  }
+  return s;
+}

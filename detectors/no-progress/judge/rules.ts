@@ -1,0 +1,227 @@
+import type { Verdict, VerdictRule, VerdictSignals } from '../../../core/wire.ts';
+import type { NoProgressKnobs } from '../knobs.ts';
+import { reasonOf, round } from './reason.ts';
+import {
+  FP_SLOTS,
+  FP_W,
+  LEVEL_LOOPING,
+  LEVEL_OK,
+  LEVEL_STALLING,
+  LEVELS,
+  type LevelCode,
+  label,
+  type SessionState,
+  TG_SLOTS,
+  TG_W,
+  U16,
+} from './state.ts';
+import { recountTop } from './window.ts';
+
+// The verdict rules over the window and session signals.
+
+// ---------------------------------------------------------------------------
+// verdicts
+
+// Module scratch for the signals of the latest assessment: the hot path fills it
+// without allocating; verdictOf copies it out.
+export const sig = {
+  turns: 0,
+  usd: 0,
+  dup: 0,
+  fail: 0,
+  top: 0,
+  rep: 0,
+  cont: 0,
+  novel: -1,
+  rule: -1,
+};
+export const RULES: readonly VerdictRule[] = [
+  'duplicates',
+  'fail_streak',
+  'top_repeat',
+  'session_repeat',
+  'continuation',
+  'novelty',
+  'ceiling',
+];
+export const R_DUP = 0;
+export const R_FAIL = 1;
+export const R_TOP = 2;
+export const R_REP = 3;
+export const R_CONT = 4;
+export const R_NOVEL = 5;
+export const R_CEIL = 6;
+
+/** Scan the session tables: failure streak and repeat lower bound of calls still recurring. */
+export function tableSignals(s: SessionState): void {
+  const buf = s.buf;
+  const recent = s.calls - s.cap;
+  let fail = 0;
+  let rep = 0;
+  for (let i = s.fpBase, end = i + FP_SLOTS * FP_W; i < end; i += FP_W) {
+    const w = buf[i + 2];
+    if ((w & U16) === 0 || buf[i + 4] <= recent) continue;
+    const lb = (w & U16) - (w >>> 16);
+    if (lb > rep) rep = lb;
+    if (buf[i + 3] > fail) fail = buf[i + 3];
+  }
+  if (s.readOnly) {
+    // read-only agents: a failure streak on one target too (the same deleted file at other offsets)
+    for (let i = s.tgBase, end = i + TG_SLOTS * TG_W; i < end; i += TG_W) {
+      if ((buf[i + 1] & U16) === 0 || buf[i + 3] <= recent) continue;
+      if (buf[i + 2] > fail) fail = buf[i + 2];
+    }
+  }
+  sig.fail = fail;
+  sig.rep = rep;
+  s.failUB = fail;
+  s.repUB = rep;
+}
+
+/**
+ * The table signals and the window top, exact when they can decide the verdict (their
+ * upper bounds reach a threshold) or when `full`; otherwise the bounds, all below.
+ */
+export function repeatSignals(s: SessionState, k: NoProgressKnobs, full: boolean): void {
+  const topMin = s.readOnly ? k.top_ro_warn : k.top_warn;
+  if (full || s.failUB >= k.fail_warn || s.repUB >= k.session_repeat_warn) tableSignals(s);
+  else {
+    sig.fail = s.failUB;
+    sig.rep = s.repUB;
+  }
+  if (s.topDirty && (full || s.winTop >= topMin)) recountTop(s);
+  sig.top = s.winTop;
+}
+
+/**
+ * The level for the current state; fills `sig` (and sig.rule with the deciding rule).
+ * `full` computes every signal even when the verdict is decided early (for verdictOf).
+ */
+export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): LevelCode {
+  const turns = s.sawRequest ? s.reqSince : s.toolsSince;
+  const usd = s.usdSince;
+  sig.turns = turns;
+  sig.usd = usd;
+  sig.cont = s.contSince;
+  sig.dup = s.len >= k.dup_min_events ? s.dups / s.len : 0;
+  sig.rule = -1;
+  const ceiling = turns >= k.ceiling_turns || usd >= k.ceiling_usd;
+  const loopPre = turns >= k.loop_turns || usd >= k.loop_usd;
+  const nw = Math.min(k.novelty_window, s.cap);
+  sig.novel = s.readOnly && s.len >= nw ? s.novelRecent / nw : -1;
+
+  if (!s.readOnly) {
+    const stallPre = turns >= k.stall_turns || usd >= k.stall_usd;
+    if (!stallPre && !ceiling && !full) {
+      sig.fail = sig.rep = sig.top = 0;
+      return LEVEL_OK;
+    }
+    repeatSignals(s, k, full);
+    if (loopPre) {
+      const r =
+        sig.dup >= k.dup_loop
+          ? R_DUP
+          : sig.fail >= k.fail_loop
+            ? R_FAIL
+            : sig.top >= k.top_loop
+              ? R_TOP
+              : sig.rep >= k.session_repeat_loop
+                ? R_REP
+                : sig.cont >= k.continuation_loop
+                  ? R_CONT
+                  : -1;
+      if (r >= 0) {
+        sig.rule = r;
+        return LEVEL_LOOPING;
+      }
+    }
+    if (stallPre) {
+      const r =
+        sig.dup >= k.dup_warn
+          ? R_DUP
+          : sig.fail >= k.fail_warn
+            ? R_FAIL
+            : sig.top >= k.top_warn
+              ? R_TOP
+              : sig.rep >= k.session_repeat_warn
+                ? R_REP
+                : sig.cont >= k.continuation_warn
+                  ? R_CONT
+                  : -1;
+      if (r >= 0) {
+        sig.rule = r;
+        return LEVEL_STALLING;
+      }
+    }
+    if (ceiling) {
+      sig.rule = R_CEIL;
+      return LEVEL_STALLING;
+    }
+    return LEVEL_OK;
+  }
+
+  // Read-only agents never land by design: repeats of one target, a failure streak on
+  // one target and low novelty are the signals; no landed-change precondition.
+  repeatSignals(s, k, full);
+  if (loopPre) {
+    const r =
+      sig.fail >= k.fail_loop
+        ? R_FAIL
+        : sig.top >= k.top_ro_loop
+          ? R_TOP
+          : sig.rep >= k.session_repeat_loop
+            ? R_REP
+            : -1;
+    if (r >= 0) {
+      sig.rule = r;
+      return LEVEL_LOOPING;
+    }
+  }
+  const r =
+    sig.fail >= k.fail_warn
+      ? R_FAIL
+      : sig.top >= k.top_ro_warn
+        ? R_TOP
+        : sig.rep >= k.session_repeat_warn
+          ? R_REP
+          : sig.novel >= 0 && sig.novel < k.novelty_min
+            ? R_NOVEL
+            : -1;
+  if (r >= 0) {
+    sig.rule = r;
+    return LEVEL_STALLING;
+  }
+  if (ceiling) {
+    sig.rule = R_CEIL;
+    return LEVEL_STALLING;
+  }
+  return LEVEL_OK;
+}
+
+export function evaluate(s: SessionState, k: NoProgressKnobs): LevelCode {
+  return assess(s, k, false);
+}
+
+/** The full verdict for the current state (allocates; call it on a change, not per event). */
+export function verdictOf(s: SessionState, k: NoProgressKnobs): Verdict {
+  const level = assess(s, k, true);
+  const rule = sig.rule >= 0 ? RULES[sig.rule] : null;
+  const top = s.winTop >= 2 ? label(s.topTool, s.topTarget) : null;
+  const signals: VerdictSignals = {
+    turns_since_landed: sig.turns,
+    usd_since_landed: round(sig.usd, 6),
+    prompt_tokens_since_landed: s.tokSince,
+    dup_share: round(sig.dup, 4),
+    fail_streak: sig.fail,
+    context_tokens: s.contextTokens,
+    top_target: top === null ? null : top.slice(0, 256),
+    top_count: s.winTop,
+    session_repeat: sig.rep,
+    continuation_turns: sig.cont,
+    novelty: sig.novel >= 0 ? round(sig.novel, 4) : null,
+    read_only: s.readOnly,
+    calls: s.calls,
+    landed: s.landed,
+  };
+  return { level: LEVELS[level], rule, reason: reasonOf(s, k, level, rule, signals), signals };
+}

@@ -1,0 +1,228 @@
+import type { ProgressEvent, RequestRecord, VerdictLevel } from '../../../core/wire.ts';
+import type { NoProgressKnobs } from '../knobs.ts';
+
+// The no-progress judge: a pure function of (session state, input, knobs) -> (state,
+// verdict). No I/O, no clock, no logger: the service, the watchdog and replay all run
+// this code. The state is owned by the caller and updated IN PLACE (it is returned for
+// convenience); copy it with decodeState(encodeState(s)) to keep an old one.
+//
+// Performance (bench/judge.ts): events arrive pre-fingerprinted, so an update costs a
+// few scans over small typed arrays and no allocation. Per session state:
+// - ring: the last `window` tool calls, 3 x uint32 each: fingerprint (its first 64
+//   bits as hi, lo), target hash (28 bits) | flags (failed, novel, dup, old) << 28;
+// - fingerprint table: 64 Space-Saving slots over the whole session (16 sets of 4 ways,
+//   so a lookup scans 4 slots), 6 x uint32 each: hi, lo, count | overestimate << 16,
+//   failure streak, last call seq, target hash. The lower bound count - overestimate
+//   drives the whole-session repeat rule, so the sketch cannot cause a false positive;
+// - target table: 16 Space-Saving slots (4 sets of 4 ways), 4 x uint32 each: target
+//   hash, count | overestimate << 16, failure streak, last call seq. The `tool target`
+//   names are kept (references to an event's strings, no copy) for targets seen twice.
+// One Uint32Array holds all three: 628 words (2512 bytes) at window 60, plus 2 words
+// for the window's top call, and a Float64Array view of 5 doubles on the same buffer.
+//
+// "Repeats" are exact repeats of a normalised call (one fingerprint): the window's top
+// repeat and the whole-session repeat. Targets are coarse (`git log` covers every file's
+// log), so they only name things, and carry the read-only failure streak (the same
+// deleted file read at several offsets).
+//
+// turns_since_landed counts LLM requests since the last landed event, self plus
+// children (roll-up). A session that has never seen a request record (plugin-only, no
+// router) falls back to counting tool calls, self plus children.
+//
+// dup_share is the share of calls in the window that repeated a call still in the
+// window when they were made (a flag per ring slot, so leaving the window costs O(1)).
+//
+// compaction_done resets the window signals without erasing evidence: the calls made
+// before it are marked OLD. After a compaction the agent legitimately re-reads what it
+// lost, so a new call never counts as a duplicate of an OLD one, and the window's top
+// repeat restarts; OLD calls keep their own duplicate flags until they age out. Turns
+// and spend since the last landed change, continuation turns, failure streaks and the
+// whole-session table stay: a compaction lands nothing, and a loop that survives it is
+// still the same loop.
+
+export const LEVEL_OK = 0;
+export const LEVEL_STALLING = 1;
+export const LEVEL_LOOPING = 2;
+export type LevelCode = 0 | 1 | 2;
+export const LEVELS: readonly VerdictLevel[] = ['ok', 'stalling', 'looping'];
+
+export const RING_W = 3;
+export const FP_SLOTS = 64;
+export const FP_W = 6;
+/** set-associative: 16 sets of 4 ways, so a lookup scans 4 slots, not 64 */
+export const FP_WAYS = 4;
+export const FP_SET_MASK = FP_SLOTS / FP_WAYS - 1;
+export const TG_SLOTS = 16;
+export const TG_W = 4;
+export const TG_WAYS = 4;
+export const TG_SET_MASK = TG_SLOTS / TG_WAYS - 1;
+export const FLAG_FAIL = 1;
+export const FLAG_NOVEL = 2;
+/** repeated a call still in the window when it was made */
+export const FLAG_DUP = 4;
+/** made before the latest compaction: later calls do not count as its duplicates */
+export const FLAG_OLD = 8;
+export const HASH_MASK = 0x0fffffff;
+export const NUM_N = 5;
+export const U16 = 0xffff;
+
+/** A child's contribution to its ancestors: requests and spend count, a landed change resets. */
+export interface RollUp {
+  landed: boolean;
+  requests: number;
+  tools: number;
+  usd: number;
+  tokens: number;
+}
+
+export type JudgeInput =
+  | { type: 'progress'; event: ProgressEvent }
+  | { type: 'request'; record: RequestRecord }
+  | { type: 'rollup'; rollup: RollUp };
+
+export class SessionState {
+  /** Window capacity, fixed at creation (knobs.window then). */
+  readonly cap: number;
+  /** ring | fingerprint table | target table, see the header. */
+  readonly buf: Uint32Array;
+  /** Next ring slot to write; when the ring is full, also the oldest. */
+  head = 0;
+  len = 0;
+  /** Calls in the ring flagged as duplicates. */
+  dups = 0;
+  /** Count of the most repeated call (fingerprint) in the ring: an upper bound, exact unless topDirty. */
+  winTop = 0;
+  topDirty = false;
+  /** Novel calls among the last novelty_window calls. */
+  novelRecent = 0;
+  /**
+   * Upper bounds of the whole-session repeat and of the failure streak (max ever set by
+   * an update, tightened by each table scan): while below their thresholds the judge
+   * skips the table scan, so healthy sessions never pay for it.
+   */
+  repUB = 0;
+  failUB = 0;
+
+  calls = 0;
+  landed = 0;
+  requests = 0;
+  continuations = 0;
+  compactions = 0;
+  reqSince = 0;
+  toolsSince = 0;
+  contSince = 0;
+  contextTokens = 0;
+  sawRequest = false;
+  readOnly = false;
+  level: LevelCode = 0;
+
+  agent: string | undefined = undefined;
+  parent: string | undefined = undefined;
+  /** tool, target of the window's most repeated call (references to an event's strings). */
+  topTool: string | undefined = undefined;
+  topTarget: string | undefined = undefined;
+  /** tool, target of the latest failed call. */
+  failTool: string | undefined = undefined;
+  failTarget: string | undefined = undefined;
+  /** 2 per target-table slot (tool, target), allocated when a target first repeats. */
+  names: (string | undefined)[] | undefined = undefined;
+
+  /**
+   * Numbers that outgrow a small integer (uint32 fingerprint words, dollars, epoch ms)
+   * live in typed arrays, not in fields: a field that starts as a small integer and later
+   * holds a double changes its representation, which deprecates the object's hidden
+   * class and makes every judge call site polymorphic.
+   */
+  readonly num: Float64Array;
+  /** index in buf of the 2 words after the tables: the window's top call (hi, lo) */
+  private readonly topAt: number;
+
+  constructor(cap: number) {
+    this.cap = cap;
+    const words = cap * RING_W + FP_SLOTS * FP_W + TG_SLOTS * TG_W;
+    // one allocation: the tables, 2 words for the top call, then 5 doubles (8-byte aligned)
+    const numAt = Math.ceil(((words + 2) * 4) / 8) * 8;
+    const ab = new ArrayBuffer(numAt + NUM_N * 8);
+    this.buf = new Uint32Array(ab, 0, words + 2);
+    this.topAt = words;
+    this.num = new Float64Array(ab, numAt, NUM_N);
+  }
+
+  /** Fingerprint of the window's most repeated call (hi, lo words). */
+  get winTopHi(): number {
+    return this.buf[this.topAt];
+  }
+  set winTopHi(v: number) {
+    this.buf[this.topAt] = v;
+  }
+  get winTopLo(): number {
+    return this.buf[this.topAt + 1];
+  }
+  set winTopLo(v: number) {
+    this.buf[this.topAt + 1] = v;
+  }
+  /** Dollars billed since the last landed change (self plus children). */
+  get usdSince(): number {
+    return this.num[0];
+  }
+  set usdSince(v: number) {
+    this.num[0] = v;
+  }
+  /** Prompt tokens since the last landed change (self plus children). */
+  get tokSince(): number {
+    return this.num[1];
+  }
+  set tokSince(v: number) {
+    this.num[1] = v;
+  }
+  get usdTotal(): number {
+    return this.num[2];
+  }
+  set usdTotal(v: number) {
+    this.num[2] = v;
+  }
+  /** Latest input time seen (epoch ms). */
+  get lastTs(): number {
+    return this.num[3];
+  }
+  set lastTs(v: number) {
+    this.num[3] = v;
+  }
+  /** Tracker bookkeeping: update stamp for least-recently-updated eviction. */
+  get touched(): number {
+    return this.num[4];
+  }
+  set touched(v: number) {
+    this.num[4] = v;
+  }
+
+  get fpBase(): number {
+    return this.cap * RING_W;
+  }
+  get tgBase(): number {
+    return this.cap * RING_W + FP_SLOTS * FP_W;
+  }
+}
+
+export function newSessionState(k: NoProgressKnobs): SessionState {
+  return new SessionState(k.window);
+}
+
+export function nameOf(s: SessionState, hash: number): [string, string] | undefined {
+  if (s.names === undefined) return undefined;
+  const tb = s.tgBase;
+  for (let i = 0; i < TG_SLOTS; i++) {
+    const at = tb + i * TG_W;
+    if ((s.buf[at + 1] & U16) !== 0 && s.buf[at] === hash) {
+      const tool = s.names[i * 2];
+      return tool === undefined ? undefined : [tool, s.names[i * 2 + 1] ?? ''];
+    }
+  }
+  return undefined;
+}
+
+/** `tool target` (or the tool alone), printable ASCII. */
+export function label(tool: string | undefined, target: string | undefined): string {
+  if (tool === undefined) return '(unnamed target)';
+  return target ? `${tool} ${target}` : tool;
+}

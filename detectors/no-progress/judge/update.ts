@@ -1,0 +1,80 @@
+import type { ProgressEvent, RequestRecord, Verdict } from '../../../core/wire.ts';
+import type { NoProgressKnobs } from '../knobs.ts';
+import { evaluate, verdictOf } from './rules.ts';
+import type { JudgeInput, LevelCode, RollUp, SessionState } from './state.ts';
+import { compactWindow, pushTool, resetSinceLanded, setAgent } from './window.ts';
+
+// Applying one input to a session state: progress events, request records, roll-ups.
+
+// ---------------------------------------------------------------------------
+// updates (hot path: no allocation)
+
+/** Pure judge step: applies one input and returns the state (same object) and the verdict. */
+export function judge(
+  s: SessionState,
+  input: JudgeInput,
+  k: NoProgressKnobs,
+): { state: SessionState; verdict: Verdict } {
+  if (input.type === 'progress') onProgress(s, input.event, k);
+  else if (input.type === 'request') onRequest(s, input.record, k);
+  else onRollup(s, input.rollup, k);
+  return { state: s, verdict: verdictOf(s, k) };
+}
+
+/** Applies a progress event; returns the new level. */
+export function onProgress(s: SessionState, ev: ProgressEvent, k: NoProgressKnobs): LevelCode {
+  if (s.agent === undefined && ev.agent !== undefined) setAgent(s, ev.agent, k);
+  if (s.parent === undefined && ev.parent_session_id) s.parent = ev.parent_session_id;
+  if (ev.ts > s.lastTs) s.lastTs = ev.ts;
+  if (ev.kind === 'tool') pushTool(s, ev, k);
+  else if (ev.kind === 'continuation') {
+    s.continuations++;
+    s.contSince++;
+  } else {
+    s.compactions++;
+    compactWindow(s);
+  }
+  s.level = evaluate(s, k);
+  return s.level;
+}
+
+/** Applies a request record; returns the new level. */
+export function onRequest(s: SessionState, r: RequestRecord, k: NoProgressKnobs): LevelCode {
+  if (s.agent === undefined && r.agent !== undefined) setAgent(s, r.agent, k);
+  if (s.parent === undefined && r.parent_session_id) s.parent = r.parent_session_id;
+  if (r.ts > s.lastTs) s.lastTs = r.ts;
+  const usd = r.cost_usd ?? 0;
+  s.requests++;
+  s.sawRequest = true;
+  s.reqSince++;
+  s.usdSince += usd;
+  s.usdTotal += usd;
+  s.tokSince += r.prompt_tokens;
+  s.contextTokens = r.prompt_tokens;
+  s.level = evaluate(s, k);
+  return s.level;
+}
+
+/** Applies a child's roll-up to an ancestor; returns the new level. */
+export function onRollup(s: SessionState, r: RollUp, k: NoProgressKnobs): LevelCode {
+  if (r.requests > 0) s.sawRequest = true;
+  s.reqSince += r.requests;
+  s.toolsSince += r.tools;
+  s.usdSince += r.usd;
+  s.tokSince += r.tokens;
+  if (r.landed) resetSinceLanded(s);
+  s.level = evaluate(s, k);
+  return s.level;
+}
+
+/** What a session's input contributes to each of its ancestors (null: nothing). */
+export function rollUpOf(input: JudgeInput): RollUp | null {
+  if (input.type === 'rollup') return input.rollup;
+  if (input.type === 'request') {
+    const r = input.record;
+    return { landed: false, requests: 1, tools: 0, usd: r.cost_usd ?? 0, tokens: r.prompt_tokens };
+  }
+  const e = input.event;
+  if (e.kind !== 'tool') return null;
+  return { landed: e.landed, requests: 0, tools: 1, usd: 0, tokens: 0 };
+}

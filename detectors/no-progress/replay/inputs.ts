@@ -1,0 +1,315 @@
+import { closeSync, createReadStream, existsSync, openSync, readSync, statSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import Database from 'better-sqlite3';
+import type { z } from 'zod';
+import { ProgressEventSchema, RequestRecordSchema } from '../../../core/wire.ts';
+import { type OcSession, sessionToInputs } from '../../../opencode/convert.ts';
+import type { JudgeInput } from '../judge.ts';
+
+// The three inputs `vigil replay INPUT` reads, all turned into one time-ordered list of
+// judge inputs. A bad record is reported (where + field + message) and skipped; the
+// rest goes on.
+//
+// 1. JSONL: one object per line, a progress event or a request record. The optional
+//    `type` field says which ("progress" | "request"); without it a line with
+//    `request_id` is a request record, anything else a progress event. Lines are
+//    replayed in file order (the writer's order is the truth).
+// 2. A folder of opencode exports:
+//      session.json            the `GET /session` list (children included)
+//      messages/<id>.json      `GET /session/{id}/message` for each session
+//    (`<id>.json` beside session.json is accepted too). Sessions are merged by time.
+// 3. opencode's own SQLite DB (`opencode.db`, tables session / message / part with the
+//    JSON in `data`), opened read-only. Sessions are merged by time.
+
+export type InputKind = 'jsonl' | 'folder' | 'sqlite';
+
+export interface InputIssue {
+  /** `line 12`, `messages/ses_x.json message 3 part 2`, `session ses_x` */
+  where: string;
+  field: string;
+  message: string;
+}
+
+export interface SessionInfo {
+  agent?: string;
+  parent?: string;
+}
+
+export interface LoadedInput {
+  kind: InputKind;
+  inputs: JudgeInput[];
+  issues: InputIssue[];
+  /** what the source says about each session (exports and the DB know agents and parents) */
+  sessions: Map<string, SessionInfo>;
+}
+
+export interface LoadOptions {
+  /** Called once per issue as it is found (replay prints them to stderr at once). */
+  onIssue?: (i: InputIssue) => void;
+  /** Progress, in `unit`s: bytes for JSONL, sessions for the others. */
+  onProgress?: (done: number, total: number) => void;
+}
+
+const SQLITE_MAGIC = 'SQLite format 3\0';
+
+export function detectKind(path: string): InputKind {
+  const st = statSync(path);
+  if (st.isDirectory()) return 'folder';
+  const head = Buffer.alloc(16);
+  const fd = openSync(path, 'r');
+  try {
+    readSync(fd, head, 0, 16, 0);
+  } finally {
+    closeSync(fd);
+  }
+  return head.toString('latin1') === SQLITE_MAGIC ? 'sqlite' : 'jsonl';
+}
+
+export async function loadInput(path: string, opts: LoadOptions = {}): Promise<LoadedInput> {
+  const kind = detectKind(path);
+  if (kind === 'jsonl') return loadJsonl(path, opts);
+  if (kind === 'folder') return loadFolder(path, opts);
+  return loadSqlite(path, opts);
+}
+
+/** The first issue of a zod error, as field + message. */
+export function zodIssue(e: z.ZodError): { field: string; message: string } {
+  const i = e.issues[0];
+  const field = i.path.length
+    ? i.path.join('.')
+    : i.code === 'unrecognized_keys'
+      ? (i as { keys: string[] }).keys.join(',')
+      : '(record)';
+  return { field, message: i.message };
+}
+
+/** One JSONL line -> a judge input, or the issue that rejects it. */
+export function parseLine(line: string, where: string): JudgeInput | InputIssue {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(line);
+  } catch (e) {
+    return { where, field: '(json)', message: `invalid JSON (${(e as Error).message.slice(0, 80)})` };
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    return { where, field: '(json)', message: 'expected a JSON object' };
+  }
+  const { type, ...rest } = raw as Record<string, unknown>;
+  const isRequest = type === 'request' || (type === undefined && 'request_id' in rest);
+  if (type !== undefined && type !== 'request' && type !== 'progress') {
+    return {
+      where,
+      field: 'type',
+      message: `expected "progress" or "request", got ${JSON.stringify(type).slice(0, 40)}`,
+    };
+  }
+  if (isRequest) {
+    const r = RequestRecordSchema.safeParse(rest);
+    return r.success ? { type: 'request', record: r.data } : { where, ...zodIssue(r.error) };
+  }
+  const r = ProgressEventSchema.safeParse(rest);
+  return r.success ? { type: 'progress', event: r.data } : { where, ...zodIssue(r.error) };
+}
+
+async function loadJsonl(path: string, opts: LoadOptions): Promise<LoadedInput> {
+  const out: LoadedInput = { kind: 'jsonl', inputs: [], issues: [], sessions: new Map() };
+  const total = statSync(path).size;
+  const stream = createReadStream(path, { encoding: 'utf8' });
+  let bytes = 0;
+  stream.on('data', (chunk) => {
+    bytes += Buffer.byteLength(chunk as string);
+    opts.onProgress?.(bytes, total);
+  });
+  const rl = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY });
+  let n = 0;
+  for await (const line of rl) {
+    n++;
+    if (line.trim() === '') continue;
+    const r = parseLine(line, `line ${n}`);
+    if ('where' in r) {
+      out.issues.push(r);
+      opts.onIssue?.(r);
+    } else {
+      out.inputs.push(r);
+    }
+  }
+  return out;
+}
+
+interface Timed {
+  ts: number;
+  seq: number;
+  input: JudgeInput;
+}
+
+const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
+
+/** Check converter output against the wire schemas (bounds, ASCII) before replaying it. */
+function admit(out: LoadedInput, timed: Timed[], where: string, i: JudgeInput, opts: LoadOptions): void {
+  const r =
+    i.type === 'progress'
+      ? ProgressEventSchema.safeParse(i.event)
+      : i.type === 'request'
+        ? RequestRecordSchema.safeParse(i.record)
+        : null;
+  if (r !== null && !r.success) {
+    const issue = { where, ...zodIssue(r.error) };
+    out.issues.push(issue);
+    opts.onIssue?.(issue);
+    return;
+  }
+  timed.push({ ts: tsOf(i), seq: timed.length, input: i });
+}
+
+function convertSession(
+  out: LoadedInput,
+  timed: Timed[],
+  s: OcSession,
+  messages: unknown,
+  file: string,
+  opts: LoadOptions,
+): void {
+  if (!Array.isArray(messages)) {
+    const issue = { where: file, field: '(file)', message: 'expected the JSON array of GET /session/{id}/message' };
+    out.issues.push(issue);
+    opts.onIssue?.(issue);
+    return;
+  }
+  const { inputs, issues } = sessionToInputs(s, messages);
+  for (const i of issues) {
+    const issue = { where: `${file} ${i.where}`, field: i.field, message: i.message };
+    out.issues.push(issue);
+    opts.onIssue?.(issue);
+  }
+  inputs.forEach((i, j) => {
+    admit(out, timed, `${file} input ${j}`, i, opts);
+  });
+  if (!out.sessions.has(s.id)) {
+    const agent = s.agent ?? inputs.find((i) => i.type === 'request')?.record.agent;
+    out.sessions.set(s.id, { ...(agent ? { agent } : {}), ...(s.parentID ? { parent: s.parentID } : {}) });
+  }
+}
+
+function finish(out: LoadedInput, timed: Timed[]): LoadedInput {
+  timed.sort((a, b) => a.ts - b.ts || a.seq - b.seq);
+  out.inputs = timed.map((t) => t.input);
+  return out;
+}
+
+async function loadFolder(dir: string, opts: LoadOptions): Promise<LoadedInput> {
+  const out: LoadedInput = { kind: 'folder', inputs: [], issues: [], sessions: new Map() };
+  const timed: Timed[] = [];
+  const issue = (where: string, field: string, message: string) => {
+    const i = { where, field, message };
+    out.issues.push(i);
+    opts.onIssue?.(i);
+  };
+  let list: unknown = [];
+  const listFile = join(dir, 'session.json');
+  if (existsSync(listFile)) {
+    try {
+      list = JSON.parse(await readFile(listFile, 'utf8'));
+    } catch (e) {
+      issue('session.json', '(json)', `invalid JSON (${(e as Error).message.slice(0, 80)})`);
+    }
+  } else {
+    issue('session.json', '(file)', 'missing: expected the GET /session list');
+  }
+  const sessions: OcSession[] = [];
+  if (!Array.isArray(list)) issue('session.json', '(file)', 'expected a JSON array');
+  else {
+    list.forEach((s, i) => {
+      if (s === null || typeof s !== 'object' || typeof (s as OcSession).id !== 'string') {
+        issue(`session.json [${i}]`, 'id', 'expected a session object with a string id');
+      } else {
+        sessions.push(s as OcSession);
+      }
+    });
+  }
+  // message files of sessions the list does not name are replayed too
+  const msgDir = join(dir, 'messages');
+  const listed = new Set(sessions.map((s) => s.id));
+  if (existsSync(msgDir)) {
+    for (const f of (await readdir(msgDir)).sort()) {
+      const id = f.replace(/\.json$/, '');
+      if (f.endsWith('.json') && !listed.has(id)) sessions.push({ id });
+    }
+  }
+  let done = 0;
+  for (const s of sessions) {
+    const candidates = [join('messages', `${s.id}.json`), `${s.id}.json`];
+    const rel = candidates.find((c) => existsSync(join(dir, c)));
+    opts.onProgress?.(++done, sessions.length);
+    if (rel === undefined) {
+      issue(`session ${s.id}`, '(file)', `missing messages/${s.id}.json`);
+      continue;
+    }
+    let messages: unknown;
+    try {
+      messages = JSON.parse(await readFile(join(dir, rel), 'utf8'));
+    } catch (e) {
+      issue(rel, '(json)', `invalid JSON (${(e as Error).message.slice(0, 80)})`);
+      continue;
+    }
+    convertSession(out, timed, s, messages, rel, opts);
+  }
+  return finish(out, timed);
+}
+
+interface SessionRow {
+  id: string;
+  parent_id: string | null;
+  agent: string | null;
+  directory: string | null;
+  time_created: number;
+}
+
+function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
+  const out: LoadedInput = { kind: 'sqlite', inputs: [], issues: [], sessions: new Map() };
+  const timed: Timed[] = [];
+  const db = new Database(path, { readonly: true, fileMustExist: true });
+  try {
+    const sessions = db
+      .prepare('SELECT id, parent_id, agent, directory, time_created FROM session ORDER BY time_created, id')
+      .all() as SessionRow[];
+    const msgs = db.prepare('SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id');
+    const parts = db.prepare('SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id');
+    let done = 0;
+    for (const row of sessions) {
+      opts.onProgress?.(++done, sessions.length);
+      const where = `session ${row.id}`;
+      const byMessage = new Map<string, unknown[]>();
+      const messages: unknown[] = [];
+      try {
+        for (const p of parts.iterate(row.id) as Iterable<{ id: string; message_id: string; data: string }>) {
+          const list = byMessage.get(p.message_id) ?? [];
+          list.push({ ...JSON.parse(p.data), id: p.id, messageID: p.message_id, sessionID: row.id });
+          byMessage.set(p.message_id, list);
+        }
+        for (const m of msgs.iterate(row.id) as Iterable<{ id: string; data: string }>) {
+          messages.push({
+            info: { ...JSON.parse(m.data), id: m.id, sessionID: row.id },
+            parts: byMessage.get(m.id) ?? [],
+          });
+        }
+      } catch (e) {
+        const issue = { where, field: 'data', message: `unreadable row (${(e as Error).message.slice(0, 80)})` };
+        out.issues.push(issue);
+        opts.onIssue?.(issue);
+        continue;
+      }
+      const s: OcSession = {
+        id: row.id,
+        ...(row.parent_id ? { parentID: row.parent_id } : {}),
+        ...(row.agent ? { agent: row.agent } : {}),
+        ...(row.directory ? { directory: row.directory } : {}),
+      };
+      convertSession(out, timed, s, messages, where, opts);
+    }
+  } finally {
+    db.close();
+  }
+  return finish(out, timed);
+}

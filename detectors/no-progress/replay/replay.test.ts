@@ -1,0 +1,286 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { generateCalibration, toJsonl } from '../../../test/fixtures/calibration.ts';
+import { LEVELS, Tracker } from '../judge.ts';
+import { defaultKnobs } from '../knobs.ts';
+import { detectKind, parseLine } from './inputs.ts';
+import { replayCommand, runReplay, sweepGrid } from './replay.ts';
+
+const EXPORT = join(import.meta.dirname, '../../../test/fixtures/opencode-export');
+const ROOT = 'ses_dd3c1f1ffffe6w37wujp0POfVN';
+const CHILD = 'ses_dd3c1c646ffe2fWC04kzlgXb9c';
+const tmp = mkdtempSync(join(tmpdir(), 'vigil-replay-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+function io() {
+  const out = { stdout: '', stderr: '' };
+  return {
+    out,
+    io: {
+      stdout: { write: (s: string) => (out.stdout += s) },
+      stderr: { write: (s: string) => (out.stderr += s) },
+    },
+  };
+}
+
+const cal = generateCalibration();
+const calFile = join(tmp, 'calibration.jsonl');
+writeFileSync(calFile, toJsonl(cal.inputs));
+
+describe('replay of JSONL', () => {
+  it('prints the same verdicts as the in-memory judge', async () => {
+    const t = new Tracker(defaultKnobs());
+    const worst = new Map<string, number>();
+    const events = new Map<string, number>();
+    const first = new Map<string, number>();
+    for (const i of cal.inputs) {
+      if (i.type === 'progress') events.set(i.event.session_id, (events.get(i.event.session_id) ?? 0) + 1);
+      for (const c of t.apply(i)) {
+        const lv = LEVELS.indexOf(c.to);
+        worst.set(c.session_id, Math.max(worst.get(c.session_id) ?? 0, lv));
+        if (lv > 0 && !first.has(c.session_id))
+          first.set(c.session_id, Math.max(0, (events.get(c.session_id) ?? 0) - 1));
+      }
+    }
+    const { out, io: sink } = io();
+    expect(await replayCommand({ input: calFile, json: true }, sink)).toBe(0);
+    const lines = out.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    for (const c of cal.cases) {
+      const line = lines.find((l) => l.session === c.id);
+      expect(line).toMatchObject({
+        session: c.id,
+        agent: c.agent,
+        parent: c.parent,
+        events: events.get(c.id),
+        verdict: LEVELS[worst.get(c.id) ?? 0],
+        first_flagged_at: first.get(c.id) ?? null,
+      });
+      expect(Object.keys(line)).toEqual([
+        'session',
+        'agent',
+        'parent',
+        'events',
+        'verdict',
+        'first_flagged_at',
+        'reason',
+      ]);
+      expect(line.verdict === 'ok').toBe(c.expect === 'ok');
+    }
+    expect(out.stderr).toBe('');
+  });
+
+  it('prints a timeline per session and a summary table', async () => {
+    const { out, io: sink } = io();
+    await replayCommand({ input: calFile }, sink);
+    expect(out.stdout).toMatch(/^ses_cal_item2_w2 \(sisyphus-junior\): 423 events, worst looping$/m);
+    expect(out.stdout).toMatch(/^ {2}#\d+ 2026-09-\d\dT[\d:.]+Z ok -> stalling {2}stalling: /m);
+    expect(out.stdout).toMatch(/^SESSION +AGENT +PARENT +EVENTS +VERDICT +FIRST +REASON$/m);
+    expect(out.stdout).toMatch(/^ses_cal_atlas +atlas +- +\d+ +ok +- +ok: /m);
+    expect(out.stdout).toMatch(/sessions: \d+ ok, \d+ stalling, \d+ looping; \d+ inputs\n$/);
+    expect(out.stdout).toMatch(/^[\x20-\x7e\n]*$/);
+  });
+
+  it('reports bad lines with their number and field on stderr and replays the rest', async () => {
+    const good = toJsonl(cal.inputs.slice(0, 3)).trim().split('\n');
+    const ev = JSON.parse(good.find((l) => l.includes('"progress"')) ?? '{}');
+    const bad = [
+      good[0],
+      '{"type":"progress","session_id":"s1","tool":"read"', // truncated
+      JSON.stringify({ ...ev, exit: 'one' }), // wrong type
+      JSON.stringify({ ...ev, args: { filePath: '/etc/passwd' } }), // content
+      JSON.stringify({ type: 'telemetry', x: 1 }), // unknown type
+      '[1,2]',
+      JSON.stringify({ type: 'request', session_id: 's', request_id: 'r', model: 'm', prompt_tokens: -5, ts: 1 }),
+      JSON.stringify({ ...ev, kind: 'tool_v2' }), // unknown event shape
+      good[1],
+      '',
+      good[2],
+    ];
+    const file = join(tmp, 'bad.jsonl');
+    writeFileSync(file, `${bad.join('\n')}\n`);
+    const { out, io: sink } = io();
+    expect(await replayCommand({ input: file, json: true }, sink)).toBe(1);
+    const errs = out.stderr.trim().split('\n');
+    expect(errs).toEqual([
+      expect.stringMatching(/^replay: line 2: \(json\): invalid JSON/),
+      expect.stringMatching(/^replay: line 3: exit: /),
+      expect.stringMatching(/^replay: line 4: args: Unrecognized key/),
+      expect.stringMatching(/^replay: line 5: type: expected "progress" or "request"/),
+      'replay: line 6: (json): expected a JSON object',
+      expect.stringMatching(/^replay: line 7: prompt_tokens: /),
+      expect.stringMatching(/^replay: line 8: kind: Invalid discriminator value/),
+    ]);
+    expect(out.stdout).toContain('"events":');
+  });
+
+  it('discriminates lines by shape when there is no type field', () => {
+    const rec = parseLine('{"session_id":"s","request_id":"r","model":"m","prompt_tokens":1,"ts":1}', 'line 1');
+    expect('type' in rec && rec.type).toBe('request');
+    const ev = parseLine(
+      `{"session_id":"s","tool":"read","call_id":"c","fingerprint":"${'0'.repeat(64)}","target":"a","landed":false,"ts":"2026-09-26T02:00:00Z"}`,
+      'line 2',
+    );
+    expect('type' in ev && ev.type).toBe('progress');
+  });
+});
+
+describe('replay of a real opencode 1.18.33 export', () => {
+  it('detects the input kind', () => {
+    expect(detectKind(EXPORT)).toBe('folder');
+    expect(detectKind(join(EXPORT, 'opencode.db'))).toBe('sqlite');
+    expect(detectKind(calFile)).toBe('jsonl');
+  });
+
+  it('reads the folder and the SQLite DB to the same result', async () => {
+    const a = io();
+    const b = io();
+    expect(await replayCommand({ input: EXPORT, json: true }, a.io)).toBe(0);
+    expect(await replayCommand({ input: join(EXPORT, 'opencode.db'), json: true }, b.io)).toBe(0);
+    expect(a.out.stderr).toBe('');
+    expect(b.out.stderr).toBe('');
+    expect(a.out.stdout).toBe(b.out.stdout);
+    const lines = a.out.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines).toEqual([
+      expect.objectContaining({ session: ROOT, agent: 'build', parent: null, events: 23, verdict: 'ok' }),
+      expect.objectContaining({ session: CHILD, agent: 'explore', parent: ROOT, events: 2, verdict: 'ok' }),
+    ]);
+  });
+
+  it('sees the calls, landed changes, requests and markers of the capture', async () => {
+    for (const input of [EXPORT, join(EXPORT, 'opencode.db')]) {
+      const r = await runReplay(input);
+      expect(r.issues).toEqual([]);
+      expect(r.inputs).toBe(51);
+    }
+    const t = new Tracker(defaultKnobs());
+    const { loadInput } = await import('./inputs.ts');
+    const loaded = await loadInput(join(EXPORT, 'opencode.db'));
+    for (const i of loaded.inputs) t.apply(i);
+    const root = t.state(ROOT);
+    expect(root).toMatchObject({ calls: 20, landed: 4, continuations: 1, compactions: 2, agent: 'build' });
+    expect(t.state(CHILD)).toMatchObject({ calls: 2, readOnly: true, parent: ROOT });
+  });
+
+  it('flags the capture when the knobs are tight, from both inputs', async () => {
+    const knobs = join(tmp, 'tight.yaml');
+    writeFileSync(knobs, 'progress:\n  stall_turns: 2\n  session_repeat_warn: 3\n');
+    for (const input of [EXPORT, join(EXPORT, 'opencode.db')]) {
+      const { out, io: sink } = io();
+      expect(await replayCommand({ input, json: true, knobs }, sink)).toBe(0);
+      expect(JSON.parse(out.stdout.split('\n')[0])).toMatchObject({ session: ROOT, verdict: 'stalling' });
+    }
+  });
+
+  it('reports a missing or broken messages file and goes on', async () => {
+    const dir = mkdtempSync(join(tmp, 'export-'));
+    writeFileSync(
+      join(dir, 'session.json'),
+      JSON.stringify([{ id: ROOT, agent: 'build' }, { id: 'ses_gone' }, { nope: 1 }]),
+    );
+    const { readFileSync, mkdirSync } = await import('node:fs');
+    mkdirSync(join(dir, 'messages'));
+    writeFileSync(join(dir, 'messages', `${ROOT}.json`), readFileSync(join(EXPORT, 'messages', `${ROOT}.json`)));
+    writeFileSync(join(dir, 'messages', 'ses_broken.json'), '[{"info":');
+    // an unknown tool shape inside an otherwise good export
+    const odd = JSON.parse(readFileSync(join(EXPORT, 'messages', `${CHILD}.json`), 'utf8'));
+    odd[1].parts[1].state.status = 'exploded';
+    writeFileSync(join(dir, 'messages', `${CHILD}.json`), JSON.stringify(odd));
+    const { out, io: sink } = io();
+    expect(await replayCommand({ input: dir, json: true }, sink)).toBe(1);
+    expect(out.stderr).toContain('replay: session.json [2]: id: expected a session object with a string id');
+    expect(out.stderr).toContain('replay: session ses_gone: (file): missing messages/ses_gone.json');
+    expect(out.stderr).toMatch(/replay: messages\/ses_broken.json: \(json\): invalid JSON/);
+    expect(out.stderr).toContain(
+      `replay: messages/${CHILD}.json message 1 part 1: state.status: unknown status "exploded"`,
+    );
+    expect(out.stdout).toContain(`"session":"${CHILD}"`);
+    expect(out.stdout).toContain(`"session":"${ROOT}"`);
+  });
+});
+
+describe('labels and sweep', () => {
+  const labels = join(tmp, 'labels.json');
+  writeFileSync(labels, JSON.stringify(Object.fromEntries(cal.cases.map((c) => [c.id, c.label]))));
+
+  it('scores the verdicts against labels', async () => {
+    const { out, io: sink } = io();
+    expect(await replayCommand({ input: calFile, labels }, sink)).toBe(0);
+    const flagged = cal.cases.filter((c) => c.label === 'loop').length;
+    const ok = cal.cases.length - flagged;
+    expect(out.stdout).toMatch(new RegExp(`labels: TP=${flagged} FP=0 FN=0 TN=${ok} mean_delay=[\\d.]+\\n$`));
+  });
+
+  it('replays the default grid and ranks the threshold sets', async () => {
+    const { out, io: sink } = io();
+    expect(await replayCommand({ input: calFile, labels, sweep: true }, sink)).toBe(0);
+    const rows = out.stdout.trim().split('\n');
+    expect(rows).toHaveLength(81);
+    expect(rows[0]).toMatch(
+      /^dup_warn=[\d.]+ top_warn=\d+ session_repeat_warn=\d+ stall_turns=\d+ {2}TP=\d+ FP=0 FN=0 TN=\d+ mean_delay=[\d.]+$/,
+    );
+    expect(rows).toContain(
+      rows.find((r) => r.startsWith('dup_warn=0.25 top_warn=12 session_repeat_warn=15 stall_turns=20 ')) ?? 'missing',
+    );
+  });
+
+  it('takes a grid file and prints JSON rows', async () => {
+    const grid = join(tmp, 'grid.json');
+    writeFileSync(grid, JSON.stringify({ dup_warn: [0.02, 0.25], stall_turns: [5, 20] }));
+    const { out, io: sink } = io();
+    expect(await replayCommand({ input: calFile, labels, sweep: grid, json: true }, sink)).toBe(0);
+    const rows = out.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(rows).toHaveLength(4);
+    expect(rows[0]).toMatchObject({ knobs: expect.any(Object), tp: expect.any(Number), fp: 0, fn: 0 });
+    expect(rows.some((r) => r.fp > 0)).toBe(true);
+  });
+
+  it('raises a loop threshold to its warn threshold in the grid', () => {
+    const sets = sweepGrid(defaultKnobs(), { top_warn: [25] });
+    expect(sets[0]).toMatchObject({ top_warn: 25, top_loop: 25 });
+  });
+});
+
+describe('progress bar', () => {
+  it('draws on a TTY stderr for a large input (an export folder), never on a pipe', async () => {
+    let tty = '';
+    let pipe = '';
+    const stdout = { write: () => true };
+    await replayCommand(
+      { input: EXPORT, json: true },
+      { stdout, stderr: { write: (s: string) => (tty += s), isTTY: true } },
+    );
+    await replayCommand({ input: EXPORT, json: true }, { stdout, stderr: { write: (s: string) => (pipe += s) } });
+    expect(tty).toContain('load [========================================] 100% 2/2');
+    expect(pipe).toBe('');
+  });
+});
+
+describe('usage errors', () => {
+  it('exits 2 with a message for a missing input, a sweep without labels, bad knobs or labels', async () => {
+    const cases: [Parameters<typeof replayCommand>[0], RegExp][] = [
+      [{ input: join(tmp, 'nope.jsonl') }, /input not found/],
+      [{ input: calFile, sweep: true }, /--sweep needs --labels/],
+      [{ input: calFile, knobs: join(tmp, 'k1.yaml') }, /knobs file .*top_wrn/],
+      [{ input: calFile, labels: join(tmp, 'l1.json') }, /labels file/],
+    ];
+    writeFileSync(join(tmp, 'k1.yaml'), 'top_wrn: 3\n');
+    writeFileSync(join(tmp, 'l1.json'), '{"ses_a":"maybe"}');
+    for (const [opts, msg] of cases) {
+      const { out, io: sink } = io();
+      expect(await replayCommand(opts, sink)).toBe(2);
+      expect(out.stderr).toMatch(msg);
+      expect(out.stdout).toBe('');
+    }
+  });
+});

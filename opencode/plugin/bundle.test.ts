@@ -1,0 +1,135 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { ProgressEventSchema } from '../../core/wire.ts';
+import { CHILD, CWD, captured, ROOT } from './fixtures/captured.ts';
+
+// The built file, as opencode loads it: self-contained, one plugin export, every hook
+// safe, and nothing but converter output on the wire.
+
+const HERE = import.meta.dirname;
+let dir = '';
+let file = '';
+let version = '';
+let mod: Record<string, unknown> = {};
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'vigil-plugin-bundle-'));
+  file = join(dir, 'vigil.js');
+  const out = execFileSync(process.execPath, [join(HERE, 'build.mjs'), '--out', file], { encoding: 'utf8' });
+  version = /\((vigil-opencode\/\S+)\)/.exec(out)?.[1] ?? '';
+  mod = await import(pathToFileURL(file).href);
+}, 60_000);
+
+afterAll(() => {
+  vi.unstubAllGlobals();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+type HookFn = (...a: unknown[]) => Promise<void>;
+
+/** ctx as opencode 1.18 passes it, with a stand-in v1 client (results are {data, response}). */
+function fakeCtx() {
+  const ok = (data: unknown) => Promise.resolve({ data, response: new Response(null, { status: 200 }) });
+  const client = {
+    session: {
+      get: (o: { path: { id: string } }) => ok({ id: o.path.id, parentID: o.path.id === CHILD ? ROOT : undefined }),
+      abort: () => ok(true),
+      status: () => ok({}),
+      summarize: () => ok(true),
+      messages: () => ok([]),
+    },
+    tui: { showToast: () => ok(true) },
+  };
+  return { client, directory: CWD, worktree: CWD, serverUrl: new URL('http://127.0.0.1:1/'), project: { id: 'p' } };
+}
+
+describe('the bundled plugin (dist/vigil.js)', () => {
+  it('is self-contained: no imports but node: built-ins, one exported plugin function', () => {
+    const text = readFileSync(file, 'utf8');
+    const imports = [...text.matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1]);
+    expect(imports.length).toBeGreaterThan(0);
+    expect(imports.every((p) => p.startsWith('node:'))).toBe(true);
+    expect([...text].every((c) => c.charCodeAt(0) < 128)).toBe(true); // ASCII only
+    // opencode calls every exported function as a plugin: exactly one.
+    expect(Object.keys(mod)).toEqual(['VigilPlugin']);
+    expect(typeof mod.VigilPlugin).toBe('function');
+    expect(version).toMatch(/^vigil-opencode\/\d+\.\d+\.\d+\+[0-9a-f]{8}$/);
+    expect(text.startsWith(`// ${version.replace('/', ' ')}:`)).toBe(true);
+  });
+
+  it('runs the captured hooks: identity headers with its version, valid content-free events to VIGIL_URL', async () => {
+    const posted: { url: string; body: any; headers: Record<string, string> }[] = [];
+    vi.stubGlobal('fetch', async (url: string, init: RequestInit) => {
+      posted.push({
+        url,
+        body: init.body ? JSON.parse(String(init.body)) : undefined,
+        headers: init.headers as Record<string, string>,
+      });
+      return new Response(JSON.stringify({ accepted: 1, verdicts: [], directives: [] }), { status: 202 });
+    });
+    vi.stubEnv('VIGIL_URL', 'http://vigil.test:7411/');
+    vi.stubEnv('VIGIL_POLL_MS', '60000');
+    const ctx = fakeCtx();
+    const hooks = (await (mod.VigilPlugin as (c: unknown) => Promise<Record<string, HookFn>>)(ctx)) as Record<
+      string,
+      HookFn
+    >;
+    const headers: Record<string, Record<string, string>> = {};
+    for (const l of captured()) {
+      if (l.hook === 'event') await hooks.event({ event: l.input.event });
+      else if (l.hook === 'chat.headers') {
+        const out = structuredClone(l.output);
+        await hooks['chat.headers'](l.input, out);
+        headers[l.input.sessionID] = out.headers;
+      } else if (hooks[l.hook]) await hooks[l.hook](l.input, structuredClone(l.output));
+    }
+    await hooks.dispose();
+    vi.unstubAllEnvs();
+
+    expect(headers[ROOT]).toEqual({
+      'X-Router-Conversation': ROOT,
+      'X-Router-Agent': 'build',
+      'X-Vigil-Plugin': version,
+    });
+    expect(headers[CHILD]).toEqual({
+      'X-Router-Conversation': CHILD,
+      'X-Router-Agent': 'general',
+      'X-Router-Parent': ROOT,
+      'X-Vigil-Plugin': version,
+    });
+    expect(posted.length).toBeGreaterThan(0);
+    expect(
+      posted.every((p) => p.url === 'http://vigil.test:7411/progress' && p.headers['x-vigil-plugin'] === version),
+    ).toBe(true);
+    const events = z.array(ProgressEventSchema).parse(posted.flatMap((p) => p.body));
+    expect(events).toHaveLength(21);
+    const wire = JSON.stringify(posted.map((p) => p.body));
+    for (const content of ['FAIL: add', 'export function', 'return a', 'Continue if', 'SUBAGENT', CWD, 'echo ok']) {
+      expect(wire).not.toContain(content);
+    }
+  });
+
+  it('never fails a hook, whatever it is handed, and loads as a no-op when disabled', async () => {
+    vi.stubGlobal('fetch', async () => {
+      throw new Error('service down');
+    });
+    const ctx = fakeCtx();
+    const hooks = (await (mod.VigilPlugin as (c: unknown) => Promise<Record<string, HookFn>>)(ctx)) as Record<
+      string,
+      HookFn
+    >;
+    for (const [name, fn] of Object.entries(hooks)) {
+      for (const bad of [undefined, null, 0, 'x', {}, { event: { type: 'message.part.updated', properties: null } }]) {
+        await expect(fn(bad, bad), name).resolves.toBeUndefined();
+      }
+    }
+    vi.stubEnv('VIGIL_PLUGIN_DISABLED', '1');
+    expect(await (mod.VigilPlugin as (c: unknown) => Promise<object>)(ctx)).toEqual({});
+    vi.unstubAllEnvs();
+  });
+});

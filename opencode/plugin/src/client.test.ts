@@ -1,0 +1,155 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { ProgressEvent } from '../../../core/wire.ts';
+import { VigilClient } from './client.ts';
+
+// A stand-in Vigil service on loopback that can be up, down (503), hanging or refusing
+// (400), recording what reached it.
+interface Hit {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: any;
+}
+let server: Server;
+let url = '';
+let mode: 'up' | 'down' | 'hang' | 'reject' = 'up';
+let hits: Hit[] = [];
+let directives: unknown[] = [];
+
+beforeEach(async () => {
+  mode = 'up';
+  hits = [];
+  directives = [];
+  server = createServer((req, res) => {
+    let raw = '';
+    req.on('data', (c) => (raw += c));
+    req.on('end', () => {
+      if (mode === 'hang') return; // never answers
+      const body = raw ? JSON.parse(raw) : undefined;
+      if (mode === 'down') return res.writeHead(503).end();
+      if (mode === 'reject') return res.writeHead(400, { 'content-type': 'application/json' }).end('{"message":"bad"}');
+      hits.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body });
+      const accepted = Array.isArray(body) ? body.length : 1;
+      res.writeHead(req.method === 'POST' && req.url === '/progress' ? 202 : 200, {
+        'content-type': 'application/json',
+      });
+      res.end(JSON.stringify(req.url?.startsWith('/directives/ack') ? { acknowledged: 1 } : { accepted, directives }));
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterEach(async () => {
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+});
+
+const ev = (i: number): ProgressEvent => ({
+  kind: 'tool',
+  session_id: 'ses_a',
+  tool: 'read',
+  call_id: `call_${i}`,
+  fingerprint: 'a'.repeat(64),
+  target: 'src/app.js',
+  exit: 0,
+  landed: false,
+  ts: 1_000 + i,
+});
+
+async function until(what: string, fn: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!fn()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const fast = { flushDelayMs: 5, retryMinMs: 20, retryMaxMs: 80, timeoutMs: 200 };
+const sentIds = () =>
+  hits.filter((h) => h.url === '/progress').flatMap((h) => h.body.map((e: ProgressEvent) => e.call_id));
+
+describe('VigilClient', () => {
+  it('batches a burst into one POST /progress with the plugin header', async () => {
+    const c = new VigilClient({ url, pluginId: 'vigil-opencode/1.0.0+abc', ...fast, flushDelayMs: 50 });
+    for (let i = 0; i < 5; i++) c.send(ev(i));
+    await until('the batch', () => c.stats.sent === 5);
+    expect(hits).toHaveLength(1);
+    expect(hits[0].headers['x-vigil-plugin']).toBe('vigil-opencode/1.0.0+abc');
+    expect(hits[0].body).toHaveLength(5);
+    await c.close();
+  });
+
+  it('keeps events while the service is down and sends them in order when it is back', async () => {
+    mode = 'down';
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast });
+    for (let i = 0; i < 3; i++) c.send(ev(i));
+    await until('a failed send', () => c.stats.failures >= 1);
+    expect(c.pending).toBe(3);
+    c.send(ev(3));
+    mode = 'up';
+    await until('the retry', () => c.pending === 0 && c.stats.sent === 4);
+    expect(sentIds()).toEqual(['call_0', 'call_1', 'call_2', 'call_3']);
+    await c.close();
+  });
+
+  it('gives up on a hanging service at the timeout and retries later', async () => {
+    mode = 'hang';
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast, timeoutMs: 50 });
+    c.send(ev(0));
+    await until('a timed-out send', () => c.stats.failures >= 1);
+    mode = 'up';
+    await until('the retry', () => c.stats.sent === 1);
+    await c.close();
+  });
+
+  it('bounds the buffer: the oldest events go first', async () => {
+    mode = 'down';
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast, maxBuffer: 10 });
+    for (let i = 0; i < 25; i++) c.send(ev(i));
+    expect(c.pending).toBe(10);
+    expect(c.stats.dropped).toBe(15);
+    mode = 'up';
+    await until('the rest sent', () => c.stats.sent === 10);
+    expect(sentIds()).toEqual(Array.from({ length: 10 }, (_, i) => `call_${i + 15}`));
+    await c.close();
+  });
+
+  it('drops a batch the service refuses (4xx): a retry would not pass either', async () => {
+    mode = 'reject';
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast });
+    c.send(ev(0));
+    await until('the rejection', () => c.stats.rejected === 1);
+    expect(c.pending).toBe(0);
+    await c.close();
+  });
+
+  it('hands the directives of each answer over; polls and acks', async () => {
+    const got: unknown[] = [];
+    const d = { id: 'd1', root_id: 'ses_a', type: 'toast', session_id: 'ses_a', created_at: 1 };
+    directives = [d];
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast, onDirectives: (ds) => got.push(...ds) });
+    c.send(ev(0));
+    await until('the directives', () => got.length === 1);
+    expect(got[0]).toEqual(d);
+    expect(await c.directives('ses_a')).toEqual([d]);
+    expect(hits.at(-1)?.url).toBe('/directives?session=ses_a');
+    expect(await c.ack([{ id: 'd1', root_id: 'ses_a' }])).toBe(true);
+    expect(hits.at(-1)?.body).toEqual({ acks: [{ id: 'd1', root_id: 'ses_a' }] });
+    mode = 'down';
+    expect(await c.directives('ses_a')).toBeUndefined();
+    expect(await c.ack([{ id: 'd1', root_id: 'ses_a' }])).toBe(false);
+    await c.close();
+  });
+
+  it('never throws, even with nothing listening', async () => {
+    const c = new VigilClient({ url: 'http://127.0.0.1:9', pluginId: 'p/1', ...fast });
+    c.send(ev(0));
+    await c.flush();
+    expect(c.stats.failures).toBeGreaterThanOrEqual(1);
+    expect(await c.directives('ses_a')).toBeUndefined();
+    await c.close();
+  });
+});

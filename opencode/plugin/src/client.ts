@@ -1,0 +1,204 @@
+import type { ProgressEvent } from '../../../core/wire.ts';
+import type { Directive } from '../../../modes/contracts.ts';
+
+// The plugin's side of the Vigil HTTP API. Progress events are sent fire-and-forget:
+// buffered (bounded, oldest dropped), batched, posted with a short timeout, and put
+// back for a retry with backoff when the service is briefly down. Nothing here ever
+// throws into a hook or waits on the agent's path.
+
+export type Log = (level: 'debug' | 'warn', msg: string, data?: Record<string, unknown>) => void;
+export const silent: Log = () => {};
+
+export interface VigilClientOptions {
+  /** Service base URL, e.g. http://127.0.0.1:7411 */
+  url: string;
+  /** X-Vigil-Plugin header value (`name/version`). */
+  pluginId: string;
+  /** Per request (ms). */
+  timeoutMs?: number;
+  /** Events kept while the service is unreachable; past it the oldest go. */
+  maxBuffer?: number;
+  /** Events per POST /progress (the service takes up to 500). */
+  batchMax?: number;
+  /** Wait this long after an event so a burst goes in one batch (ms). */
+  flushDelayMs?: number;
+  /** Retry backoff after a failed send: doubles from min to max (ms). */
+  retryMinMs?: number;
+  retryMaxMs?: number;
+  /** Directives from each /progress answer. */
+  onDirectives?: (ds: Directive[]) => void;
+  fetch?: typeof fetch;
+  log?: Log;
+}
+
+export interface SendStats {
+  sent: number;
+  dropped: number;
+  rejected: number;
+  failures: number;
+}
+
+export class VigilClient {
+  readonly stats: SendStats = { sent: 0, dropped: 0, rejected: 0, failures: 0 };
+  private buffer: ProgressEvent[] = [];
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private inflight: Promise<void> | undefined;
+  private backoffMs = 0;
+  private closed = false;
+  private readonly base: string;
+  private readonly o: Required<Omit<VigilClientOptions, 'onDirectives' | 'fetch' | 'log'>>;
+  private readonly fetch: typeof fetch;
+  private readonly log: Log;
+
+  constructor(private readonly opts: VigilClientOptions) {
+    this.base = opts.url.replace(/\/+$/, '');
+    this.o = {
+      url: this.base,
+      pluginId: opts.pluginId,
+      timeoutMs: opts.timeoutMs ?? 2_000,
+      maxBuffer: opts.maxBuffer ?? 1_000,
+      batchMax: Math.min(opts.batchMax ?? 200, 500),
+      flushDelayMs: opts.flushDelayMs ?? 200,
+      retryMinMs: opts.retryMinMs ?? 1_000,
+      retryMaxMs: opts.retryMaxMs ?? 10_000,
+    };
+    this.fetch = opts.fetch ?? ((...a) => globalThis.fetch(...a));
+    this.log = opts.log ?? silent;
+  }
+
+  get pending(): number {
+    return this.buffer.length;
+  }
+
+  /** Queue one event; a flush follows shortly. */
+  send(ev: ProgressEvent): void {
+    if (this.closed) return;
+    this.buffer.push(ev);
+    this.trim();
+    this.schedule(this.backoffMs || this.o.flushDelayMs);
+  }
+
+  private trim(): void {
+    const over = this.buffer.length - this.o.maxBuffer;
+    if (over > 0) {
+      this.buffer.splice(0, over);
+      this.stats.dropped += over;
+    }
+  }
+
+  private schedule(ms: number): void {
+    if (this.timer || this.closed) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.flush();
+    }, ms);
+    (this.timer as { unref?: () => void }).unref?.();
+  }
+
+  /** Send what is buffered, one batch at a time; resolves when the buffer is empty or a send failed. */
+  flush(): Promise<void> {
+    if (!this.inflight) {
+      this.inflight = this.drain().finally(() => {
+        this.inflight = undefined;
+      });
+    }
+    return this.inflight;
+  }
+
+  private async drain(): Promise<void> {
+    while (this.buffer.length) {
+      const batch = this.buffer.splice(0, this.o.batchMax);
+      const r = await this.request('POST', '/progress', batch);
+      if (r.kind === 'ok') {
+        this.backoffMs = 0;
+        this.stats.sent += batch.length;
+        const ds = (r.body as { directives?: unknown } | undefined)?.directives;
+        if (Array.isArray(ds) && ds.length) this.deliver(ds as Directive[]);
+        continue;
+      }
+      if (r.kind === 'rejected') {
+        // A 4xx will not pass on a retry either; keep the rest flowing.
+        this.stats.rejected += batch.length;
+        this.log('warn', 'progress batch rejected', { status: r.status, events: batch.length });
+        continue;
+      }
+      this.stats.failures++;
+      this.buffer.unshift(...batch);
+      this.trim();
+      this.backoffMs = Math.min(this.o.retryMaxMs, this.backoffMs ? this.backoffMs * 2 : this.o.retryMinMs);
+      this.log('debug', 'progress send failed, will retry', { retry_ms: this.backoffMs, buffered: this.buffer.length });
+      this.schedule(this.backoffMs);
+      return;
+    }
+  }
+
+  private deliver(ds: Directive[]): void {
+    try {
+      this.opts.onDirectives?.(ds);
+    } catch (err) {
+      this.log('warn', 'directive handler failed', { err: String(err) });
+    }
+  }
+
+  /** Pending directives of a session's tree; undefined when the service did not answer. */
+  async directives(sessionID: string): Promise<Directive[] | undefined> {
+    const r = await this.request('GET', `/directives?session=${encodeURIComponent(sessionID)}`);
+    if (r.kind !== 'ok') return undefined;
+    const ds = (r.body as { directives?: unknown } | undefined)?.directives;
+    return Array.isArray(ds) ? (ds as Directive[]) : [];
+  }
+
+  /** Acknowledge carried-out directives; false when the service did not take it (retry later). */
+  async ack(acks: { id: string; root_id: string }[]): Promise<boolean> {
+    if (!acks.length) return true;
+    const r = await this.request('POST', '/directives/ack', { acks });
+    return r.kind === 'ok' || r.kind === 'rejected';
+  }
+
+  private async request(
+    method: 'GET' | 'POST',
+    path: string,
+    body?: unknown,
+  ): Promise<{ kind: 'ok'; body: unknown } | { kind: 'rejected'; status: number } | { kind: 'failed' }> {
+    try {
+      const res = await this.fetch(`${this.base}${path}`, {
+        method,
+        headers: {
+          'x-vigil-plugin': this.o.pluginId,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(this.o.timeoutMs),
+      });
+      const text = await res.text();
+      if (res.ok) {
+        let parsed: unknown;
+        try {
+          parsed = text ? JSON.parse(text) : undefined;
+        } catch {
+          parsed = undefined;
+        }
+        return { kind: 'ok', body: parsed };
+      }
+      if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
+        return { kind: 'rejected', status: res.status };
+      }
+      return { kind: 'failed' };
+    } catch {
+      return { kind: 'failed' };
+    }
+  }
+
+  /** Stop timers; one last best-effort send. */
+  async close(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.buffer.length && !this.closed) {
+      this.backoffMs = 0;
+      await this.flush().catch(() => {});
+    }
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}

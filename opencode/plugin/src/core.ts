@@ -1,0 +1,184 @@
+import type { ProgressEvent } from '../../../core/wire.ts';
+import type { Directive } from '../../../modes/contracts.ts';
+import { type Log, silent, VigilClient } from './client.ts';
+import { DirectiveRunner, type OpencodeActions } from './directives.ts';
+import { ProgressSensor } from './events.ts';
+import { identityHeaders, type SessionBook, sessionInfoOf } from './identity.ts';
+import { Lru } from './lru.ts';
+
+// What each hook does, as plain methods: src/plugin.ts only maps opencode's hook names
+// onto these (a v2 port of opencode changes hook registration, not this). Nothing here
+// throws into opencode or waits on the service: events go to the client's buffer,
+// directives run on their own chain.
+
+export interface CoreOptions {
+  book: SessionBook;
+  actions: OpencodeActions;
+  vigil: { url: string; pluginId: string; timeoutMs?: number; fetch?: typeof fetch };
+  cwd?: string;
+  /** Poll GET /directives this often while sessions are active (ms). */
+  pollMs?: number;
+  /** A session counts as active this long after its last hook call (ms). */
+  activeMs?: number;
+  now?: () => number;
+  log?: Log;
+}
+
+export class PluginCore {
+  readonly book: SessionBook;
+  readonly sensor: ProgressSensor;
+  readonly client: VigilClient;
+  readonly runner: DirectiveRunner;
+  readonly pluginId: string;
+  /** Pitfall 16: no abort before this instance's first model request. */
+  modelSeen = false;
+  private readonly active = new Lru<string, number>(500);
+  private pollTimer: ReturnType<typeof setInterval> | undefined;
+  private polling = false;
+  private readonly pollMs: number;
+  private readonly activeMs: number;
+  private readonly now: () => number;
+  private readonly log: Log;
+
+  constructor(o: CoreOptions) {
+    this.now = o.now ?? Date.now;
+    this.log = o.log ?? silent;
+    this.pollMs = o.pollMs ?? 3_000;
+    this.activeMs = o.activeMs ?? 10 * 60_000;
+    this.pluginId = o.vigil.pluginId;
+    this.book = o.book;
+    this.sensor = new ProgressSensor({ book: o.book, cwd: o.cwd, now: this.now });
+    this.runner = new DirectiveRunner({
+      actions: o.actions,
+      ack: (acks) => this.client.ack(acks),
+      modelOf: (id) => this.book.get(id).model,
+      modelSeen: () => this.modelSeen,
+      now: this.now,
+      log: this.log,
+    });
+    this.client = new VigilClient({
+      url: o.vigil.url,
+      pluginId: o.vigil.pluginId,
+      timeoutMs: o.vigil.timeoutMs,
+      fetch: o.vigil.fetch,
+      log: this.log,
+      onDirectives: (ds) => void this.runner.offer(ds),
+    });
+  }
+
+  private emit(ev: ProgressEvent | undefined): void {
+    if (ev) this.client.send(ev);
+  }
+
+  /** Mark a session active: its tree's directives get polled. */
+  private touch(sessionID: unknown): void {
+    if (typeof sessionID !== 'string') return;
+    this.active.set(sessionID, this.now());
+    if (!this.pollTimer && this.pollMs > 0) {
+      this.pollTimer = setInterval(() => void this.poll(), this.pollMs);
+      (this.pollTimer as { unref?: () => void }).unref?.();
+    }
+  }
+
+  /** `event`: every bus event. Cheap checks first (see ProgressSensor.busEvent). */
+  onEvent(ev: unknown): void {
+    const e = ev as { type?: unknown; properties?: { sessionID?: unknown } } | null;
+    if (!e || typeof e.type !== 'string') return;
+    if (e.type === 'session.created' || e.type === 'session.updated') {
+      this.book.learnSession(sessionInfoOf(e));
+      return;
+    }
+    const out = this.sensor.busEvent(e);
+    if (out) {
+      this.touch(out.session_id);
+      this.emit(out);
+    }
+    if (e.type === 'session.compacted' && typeof e.properties?.sessionID === 'string') {
+      this.runner.compacted(e.properties.sessionID);
+    }
+  }
+
+  /** `tool.execute.after`: a tool that returned. */
+  onToolAfter(input: unknown, output: unknown): void {
+    this.touch((input as { sessionID?: unknown } | null)?.sessionID);
+    this.emit(this.sensor.afterTool(input, output));
+  }
+
+  /** `chat.message`: a user message (task, command, subagent prompt, or a continuation turn). */
+  onChatMessage(input: unknown, output: unknown): void {
+    const i = input as { sessionID?: unknown; agent?: unknown } | null;
+    if (!i || typeof i.sessionID !== 'string') return;
+    this.touch(i.sessionID);
+    const agent = i.agent ?? (output as { message?: { agent?: unknown } } | null)?.message?.agent;
+    this.book.noteAgent(i.sessionID, agent);
+    this.emit(this.sensor.chatMessage(input, output));
+  }
+
+  /** `chat.params`: a model request is about to start (also for a compaction). */
+  onChatParams(input: unknown): void {
+    const i = input as { sessionID?: unknown; agent?: unknown; model?: { id?: unknown; providerID?: unknown } } | null;
+    if (!i || typeof i.sessionID !== 'string') return;
+    this.modelSeen = true;
+    this.touch(i.sessionID);
+    // The compaction request runs as agent "compaction": not the session's own agent.
+    if (i.agent !== 'compaction') this.book.noteAgent(i.sessionID, i.agent);
+    const m = i.model;
+    if (m && typeof m.id === 'string' && typeof m.providerID === 'string') {
+      this.book.noteModel(i.sessionID, { providerID: m.providerID, modelID: m.id });
+    }
+  }
+
+  /** `chat.headers`: the identity headers for the router. Waits at most the book's lookup timeout. */
+  async onChatHeaders(input: unknown, output: unknown): Promise<void> {
+    const i = input as { sessionID?: unknown; agent?: unknown } | null;
+    const o = output as { headers?: Record<string, string> } | null;
+    if (!i || typeof i.sessionID !== 'string' || !o?.headers) return;
+    const parent = await this.book.resolveParent(i.sessionID);
+    const agent = i.agent === 'compaction' ? (this.book.get(i.sessionID).agent ?? i.agent) : i.agent;
+    Object.assign(o.headers, identityHeaders(i.sessionID, agent, parent, this.pluginId));
+  }
+
+  /** `experimental.session.compacting`: the incident report joins the compaction prompt. */
+  onCompacting(input: unknown, output: unknown): void {
+    const id = (input as { sessionID?: unknown } | null)?.sessionID;
+    if (typeof id === 'string' && output && typeof output === 'object') {
+      this.runner.compactionContext(id, output as { context?: unknown });
+    }
+  }
+
+  /** One poll: GET /directives for each active tree (a refused session sends no more events). */
+  async poll(): Promise<void> {
+    if (this.polling) return;
+    this.polling = true;
+    try {
+      const now = this.now();
+      const roots = new Set<string>();
+      for (const [id, at] of [...this.active.entries()]) {
+        if (now - at > this.activeMs) this.active.delete(id);
+        else roots.add(this.book.rootOf(id));
+      }
+      if (!roots.size) {
+        clearInterval(this.pollTimer);
+        this.pollTimer = undefined;
+        return;
+      }
+      const found: Directive[] = [];
+      for (const root of [...roots].slice(-20)) {
+        const ds = await this.client.directives(root);
+        if (ds === undefined) break; // the service is down: try again next tick
+        found.push(...ds);
+      }
+      await this.runner.offer(found);
+    } catch (err) {
+      this.log('warn', 'directive poll failed', { err: String(err).slice(0, 200) });
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  async dispose(): Promise<void> {
+    clearInterval(this.pollTimer);
+    this.pollTimer = undefined;
+    await this.client.close();
+  }
+}

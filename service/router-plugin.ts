@@ -1,0 +1,139 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Vigil } from '../core/app.ts';
+import type { GateAnswer, GateQuery } from '../core/engine.ts';
+import type { RequestRecord } from '../core/wire.ts';
+
+// The fastify plugin a fastify-based model router registers. Before each model request
+// it asks the gate about the conversation (identity from the router headers, or the
+// `x-session-id` header opencode 1.18 sends anyway); it refuses only conversations whose
+// tree is refused, enforces the overflow-style context limit, and records each
+// request's usage from the upstream's JSON response.
+
+export interface VigilGateOptions {
+  vigil: Vigil;
+  /** Which routes are model requests (default: any POST whose path ends in /chat/completions or /messages). */
+  match?: (req: FastifyRequest) => boolean;
+  /** Price of a response in USD when the upstream does not say (usage.cost); default none. */
+  costOf?: (model: string, usage: Record<string, unknown>) => number | undefined;
+}
+
+export interface GateDecoration {
+  query: GateQuery;
+  answer: GateAnswer;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The gate's answer for this model request (routers read max_context_tokens and model_tripped). */
+    vigilGate?: GateDecoration;
+  }
+}
+
+const ID = /^[\x21-\x7e]{1,200}$/;
+const header = (req: FastifyRequest, name: string): string | undefined => {
+  const v = req.headers[name];
+  const s = Array.isArray(v) ? v[0] : v;
+  return typeof s === 'string' && ID.test(s) ? s : undefined;
+};
+
+/** The conversation identity of a model request: the router headers, else opencode's x-session-id. */
+export function identityOf(req: FastifyRequest): GateQuery | undefined {
+  const conversation = header(req, 'x-router-conversation') ?? header(req, 'x-session-id');
+  if (!conversation) return undefined;
+  const body = req.body as { model?: unknown } | undefined;
+  const model = typeof body?.model === 'string' && ID.test(body.model) ? body.model : undefined;
+  const agent = header(req, 'x-router-agent');
+  const parent = header(req, 'x-router-parent');
+  return { conversation, ...(agent ? { agent } : {}), ...(parent ? { parent } : {}), ...(model ? { model } : {}) };
+}
+
+/** A rough prompt size for the overflow check: JSON bytes / 4 (the usual chars-per-token estimate). */
+export function estimateTokens(body: unknown): number {
+  return Math.ceil(JSON.stringify(body ?? '').length / 4);
+}
+
+const defaultMatch = (req: FastifyRequest) =>
+  req.method === 'POST' && /\/(chat\/completions|messages)$/.test(req.url.split('?')[0]);
+
+async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promise<void> {
+  const match = o.match ?? defaultMatch;
+  const engine = o.vigil.engine;
+
+  app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
+    if (!match(req)) return;
+    const query = identityOf(req);
+    if (!query) return;
+    const answer = await engine.check(query);
+    req.vigilGate = { query, answer };
+    if (answer.action === 'refuse') {
+      return reply
+        .code(429)
+        .header('retry-after', String(answer.retry_after_s ?? 30))
+        .send({
+          error: { message: `vigil: ${answer.reason ?? 'refused'}`, type: 'rate_limit_error', code: 'vigil_refused' },
+        });
+    }
+    // Only agent turns (they carry tools) get the overflow error: opencode's compaction
+    // and title requests carry none, and refusing the compaction would defeat the cap.
+    const tools = (req.body as { tools?: unknown } | undefined)?.tools;
+    const agentTurn = Array.isArray(tools) && tools.length > 0;
+    if (answer.action === 'limit' && answer.limit_mechanism === 'overflow' && answer.max_context_tokens && agentTurn) {
+      const est = estimateTokens(req.body);
+      if (est > answer.max_context_tokens) {
+        // Shaped like a provider's context-overflow error, so the client compacts on its own.
+        return reply.code(400).send({
+          error: {
+            message: `This model's maximum context length is ${answer.max_context_tokens} tokens. However, your messages resulted in ${est} tokens. Please reduce the length of the messages.`,
+            type: 'invalid_request_error',
+            param: 'messages',
+            code: 'context_length_exceeded',
+          },
+        });
+      }
+    }
+  });
+
+  // Usage from a non-streamed JSON response (OpenAI-compatible `usage`). Streaming
+  // routers record through vigil.engine.requests() themselves.
+  app.addHook('onSend', async (req: FastifyRequest, reply: FastifyReply, payload: unknown) => {
+    const g = req.vigilGate;
+    if (!g || g.answer.action === 'refuse' || reply.statusCode >= 400) return payload;
+    const text =
+      typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined;
+    if (text?.[0] !== '{') return payload;
+    let parsed: { id?: unknown; model?: unknown; usage?: Record<string, unknown> };
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return payload;
+    }
+    const u = parsed.usage;
+    if (!u || typeof u.prompt_tokens !== 'number') return payload;
+    const model =
+      typeof parsed.model === 'string' && ID.test(parsed.model) ? parsed.model : (g.query.model ?? 'unknown');
+    const cached = (u.prompt_tokens_details as { cached_tokens?: unknown } | undefined)?.cached_tokens;
+    const cost = typeof u.cost === 'number' ? u.cost : o.costOf?.(model, u);
+    const rec: RequestRecord = {
+      session_id: g.query.conversation,
+      ...(g.query.parent ? { parent_session_id: g.query.parent } : {}),
+      ...(g.query.agent ? { agent: g.query.agent } : {}),
+      request_id: typeof parsed.id === 'string' && ID.test(parsed.id) ? parsed.id : randomUUID(),
+      model,
+      prompt_tokens: Math.max(0, Math.floor(u.prompt_tokens)),
+      ...(typeof cached === 'number' ? { cached_tokens: Math.max(0, Math.floor(cached)) } : {}),
+      ...(cost !== undefined ? { cost_usd: cost } : {}),
+      ts: Date.now(),
+    };
+    // Recording never blocks or fails the response.
+    void engine
+      .requests([rec])
+      .catch((err) => req.log.warn({ err: (err as Error).message }, 'vigil: recording usage failed'));
+    return payload;
+  });
+}
+
+// Registered without encapsulation, so the hooks apply to the router's own routes.
+(vigilGatePlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+
+export const vigilGate = vigilGatePlugin;

@@ -1,0 +1,98 @@
+import swagger from '@fastify/swagger';
+import Fastify, { type FastifyInstance } from 'fastify';
+import {
+  hasZodFastifySchemaValidationErrors,
+  jsonSchemaTransform,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import type { Vigil } from '../core/app.ts';
+import { isAppError } from '../core/errors.ts';
+import { adminGuard, isLoopback } from './auth.ts';
+import { adminRoutes } from './routes/admin.ts';
+import { alertRoutes } from './routes/alerts.ts';
+import { breakerRoutes } from './routes/breaker.ts';
+import { gateRoutes } from './routes/gate.ts';
+import { healthRoutes } from './routes/health.ts';
+import { ingestRoutes } from './routes/ingest.ts';
+import { readoutRoutes } from './routes/readouts.ts';
+import { describeValidation } from './validation.ts';
+
+export interface ServerOptions {
+  /** Log requests (the service does; tests and benches do not). */
+  logger?: boolean;
+  version?: string;
+  /** The address the service binds: off loopback every route needs the admin token. */
+  host?: string;
+}
+
+// The zod type provider and the pino logger make the full generic unwieldy.
+export type App = FastifyInstance<any, any, any, any, any>;
+
+/**
+ * The HTTP API. Routes are typed from zod schemas (fastify-type-provider-zod), the
+ * OpenAPI document is served at /openapi.json, and every validation error is a 400
+ * that names the field.
+ */
+export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promise<App> {
+  const app = Fastify({
+    ...(opts.logger ? { loggerInstance: vigil.logger.child({ part: 'http' }) } : { logger: false }),
+    bodyLimit: vigil.config.server.body_limit_bytes,
+  }).withTypeProvider<ZodTypeProvider>();
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  await app.register(swagger, {
+    openapi: {
+      info: {
+        title: 'Vigil',
+        version: opts.version ?? '0.0.0',
+        description: 'Catch coding agents that spend without progress.',
+      },
+    },
+    transform: jsonSchemaTransform,
+  });
+
+  const token = vigil.env[vigil.config.server.admin_token_env] || undefined;
+  const admin = adminGuard(token);
+  if (opts.host && !isLoopback(opts.host)) {
+    if (!token) {
+      throw new Error(
+        `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
+      );
+    }
+    app.addHook('onRequest', admin);
+  }
+
+  app.setErrorHandler((err, req, reply) => {
+    if (hasZodFastifySchemaValidationErrors(err)) {
+      const message = describeValidation(err.validationContext ?? 'body', err.validation as never);
+      vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
+      return reply.code(400).send({ statusCode: 400, code: 'BAD_INPUT', error: 'Bad Request', message });
+    }
+    if (isAppError(err)) {
+      return reply
+        .code(err.statusCode)
+        .send({ statusCode: err.statusCode, code: err.code, error: err.name, message: err.message });
+    }
+    const status = (err as { statusCode?: number }).statusCode ?? 500;
+    if (status >= 500) req.log.error({ err: (err as Error).message }, 'request failed');
+    else vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
+    return reply.code(status).send({
+      statusCode: status,
+      code: (err as { code?: string }).code ?? 'INTERNAL',
+      error: status >= 500 ? 'Internal Server Error' : 'Bad Request',
+      message: status >= 500 ? 'internal error' : `body: ${(err as Error).message}`,
+    });
+  });
+
+  await app.register(healthRoutes(vigil, opts.version ?? '0.0.0'));
+  await app.register(ingestRoutes(vigil));
+  await app.register(readoutRoutes(vigil));
+  await app.register(alertRoutes(vigil, admin));
+  await app.register(adminRoutes(vigil, admin));
+  await app.register(gateRoutes(vigil));
+  await app.register(breakerRoutes(vigil, admin));
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  return app;
+}
