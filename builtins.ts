@@ -9,18 +9,25 @@ import { autoCompactPlugin } from './modes/auto-compact/index.ts';
 import { autoLimitContextPlugin } from './modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from './modes/auto-recover/index.ts';
 import { warnPlugin } from './modes/warn/index.ts';
+import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
+
+// The composition root: the one list of what ships with Vigil. The kernel (core/)
+// knows none of these; it drives whatever is registered here or loaded from the
+// modules named under `plugins:` in the config file.
 
 /** A registry with every built-in plugin. Third parties add theirs with `registry.register(plugin)`. */
 export function createRegistry(): Registry {
   return new Registry()
-    .register(desktopPlugin)
-    .register(webhookPlugin)
-    .register(pagerdutyPlugin)
-    .register(twilioPlugin)
-    .register(noProgressPlugin)
-    .register(behaviorBreakerPlugin)
-    .register(warnPlugin)
-    .register(autoCompactPlugin)
-    .register(autoLimitContextPlugin)
-    .register(autoRecoverPlugin);
+    .register(desktopPlugin, 'built-in')
+    .register(webhookPlugin, 'built-in')
+    .register(pagerdutyPlugin, 'built-in')
+    .register(twilioPlugin, 'built-in')
+    .register(noProgressPlugin, 'built-in')
+    .register(behaviorBreakerPlugin, 'built-in')
+    .register(warnPlugin, 'built-in')
+    .register(autoCompactPlugin, 'built-in')
+    .register(autoLimitContextPlugin, 'built-in')
+    .register(autoRecoverPlugin, 'built-in')
+    .section('local_compute', LocalComputeSchema)
+    .section('watchdog', WatchdogSchema);
 }

@@ -4,6 +4,9 @@ import { defineConfig } from 'vitest/config';
 // processes (Redis, opencode) live in test/ as `*.e2e.test.ts`. The machines have
 // 2 cores, so files run with limited parallelism and generous timeouts.
 export default defineConfig({
+  // Import 'vigil' (and vigil/router, vigil/testing) from source, not from the build.
+  resolve: { conditions: ['vigil-source'] },
+  ssr: { resolve: { conditions: ['vigil-source'] } },
   test: {
     include: [
       'core/**/*.test.ts',

@@ -9,9 +9,9 @@ import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
-import { createVigil } from '../core/app.ts';
 import type { ChannelPlugin } from '../core/contracts.ts';
 import { RedisStore } from '../core/store/redis.ts';
+import { createVigil } from '../index.ts';
 import { benchArgs } from './args.ts';
 
 const args = benchArgs(

@@ -4,8 +4,8 @@ import 'reflect-metadata';
 import Fastify from 'fastify';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
-import { createVigil } from '../core/app.ts';
 import type { ChannelPlugin } from '../core/contracts.ts';
+import { createVigil } from '../index.ts';
 import { buildServer } from '../service/server.ts';
 
 // Exit cleanly on SIGTERM so --cpu-prof can write its profile.

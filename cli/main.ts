@@ -3,11 +3,11 @@ import { Command, CommanderError } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
-import { createVigil } from '../core/app.ts';
 import { ConfigError, displayConfig, loadConfig } from '../core/config.ts';
 import { duration } from '../core/duration.ts';
 import { isAppError } from '../core/errors.ts';
 import { createLogger } from '../core/logger.ts';
+import { createVigil } from '../index.ts';
 
 // Every command validates its arguments with zod and names the bad one.
 function parseArgs<T extends z.ZodType>(schema: T, raw: unknown, cmd: string): z.output<T> {

@@ -3,11 +3,11 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { WatchdogSchema } from '../opencode/watchdog/options.ts';
 import { SeveritySchema } from './alert.ts';
 import type { ChannelCommon } from './contracts.ts';
 import { duration } from './duration.ts';
-import { AppError } from './errors.ts';
+import { AppError, isAppError } from './errors.ts';
+import { loadPluginModules } from './plugins.ts';
 import type { Registry } from './registry.ts';
 
 export const DEFAULT_CONFIG_PATH = resolve(dirname(fileURLToPath(import.meta.url)), '../config/default.yaml');
@@ -32,6 +32,11 @@ export const StoreSchema = z.strictObject({
     .string()
     .regex(/^[A-Za-z0-9:_{}.-]+$/)
     .default('vigil'),
+});
+
+export const DetectionSchema = z.strictObject({
+  /** How often detectors that keep time judge with no input (restore stalls, pending breaker evidence); 0: never. */
+  tick_interval: duration().prefault('15s'),
 });
 
 const RateLimitSchema = z.strictObject({
@@ -65,12 +70,26 @@ export const NotificationsCoreSchema = {
   stalled_interval: duration().prefault('30s'),
 };
 
-export const LocalComputeSchema = z.strictObject({
-  /** Master switch for local inference (the watchdog's second opinion). */
-  enabled: z.boolean().default(false),
-});
-
 export type ChannelEntry = ChannelCommon & { options: Record<string, unknown> };
+
+/** The `modes` section: `mode` (which registered mode responds) and each mode's options. */
+export function modesSchema(registry: Registry) {
+  const shape: Record<string, z.ZodType> = {};
+  for (const m of registry.modes.values()) shape[m.type] = m.options.prefault({});
+  const types = [...registry.modes.keys()];
+  const mode = types.length
+    ? z.enum(types as [string, ...string[]]).default(types.includes('warn') ? 'warn' : types[0])
+    : z.string().optional();
+  return z.strictObject({ mode, ...shape });
+}
+
+/** The sections an operator may change at run time (PATCH /knobs): every detector's and `modes`. */
+export function knobSchemas(registry: Registry): Record<string, z.ZodType> {
+  const out: Record<string, z.ZodType> = {};
+  for (const d of registry.detectors.values()) out[d.section] = d.options;
+  out.modes = modesSchema(registry);
+  return out;
+}
 
 /** Builds the root schema from what is registered: one source of truth for config, knobs and the API. */
 export function rootSchema(registry: Registry) {
@@ -106,13 +125,14 @@ export function rootSchema(registry: Registry) {
     return { ...(c.data as ChannelCommon), options: o.data as Record<string, unknown> };
   });
 
-  const detectorSections: Record<string, z.ZodType> = {};
-  for (const d of registry.detectors.values()) detectorSections[d.section] = d.options.prefault({});
-  const modeSections: Record<string, z.ZodType> = {};
-  for (const m of registry.modes.values()) modeSections[m.type] = m.options.prefault({});
+  const sections: Record<string, z.ZodType> = {};
+  for (const [name, schema] of registry.sections) sections[name] = schema.prefault({});
+  for (const d of registry.detectors.values()) sections[d.section] = d.options.prefault({});
 
   return z
     .strictObject({
+      /** Plugin modules (paths relative to the config file, or package names) loaded before validation. */
+      plugins: z.array(z.string().min(1).max(1024)).default([]),
       server: ServerSchema.prefault({}),
       store: StoreSchema.prefault({}),
       notifications: z
@@ -121,10 +141,9 @@ export function rootSchema(registry: Registry) {
           channels: z.array(channelEntry).default([]),
         })
         .prefault({}),
-      local_compute: LocalComputeSchema.prefault({}),
-      watchdog: WatchdogSchema.prefault({}),
-      modes: z.strictObject(modeSections).prefault({}),
-      ...detectorSections,
+      detection: DetectionSchema.prefault({}),
+      modes: modesSchema(registry).prefault({}),
+      ...sections,
     })
     .superRefine((cfg, ctx) => {
       const seen = new Set<string>();
@@ -213,18 +232,50 @@ export class ConfigError extends AppError {
   }
 }
 
-/**
- * Loads config/default.yaml, the overlay file and object, validates the whole tree
- * strictly, and checks that every secret an enabled channel names is set. Nothing is
- * returned half-valid: any problem throws ConfigError listing every path at fault.
- */
-export function loadConfig(opts: LoadOptions): Readonly<VigilConfig> {
+/** default.yaml, the overlay file and the overlay object, merged, not yet validated. */
+export function readRawConfig(opts: Omit<LoadOptions, 'registry'>): { raw: unknown; file?: string } {
   const env = opts.env ?? process.env;
   let raw: unknown = opts.noDefaults ? {} : readYaml(DEFAULT_CONFIG_PATH, 'default config');
   const file = opts.file ?? env.VIGIL_CONFIG;
   if (file) raw = mergeConfig(raw, readYaml(file, 'config'));
   if (opts.overlay !== undefined) raw = mergeConfig(raw, opts.overlay);
-  return validateConfig(opts.registry, raw, env);
+  return { raw, ...(file ? { file } : {}) };
+}
+
+/**
+ * Loads config/default.yaml, the overlay file and object, validates the whole tree
+ * strictly, and checks that every secret an enabled channel names is set. Nothing is
+ * returned half-valid: any problem throws ConfigError listing every path at fault.
+ * Plugin modules under `plugins:` are not imported here: see loadConfigWithPlugins.
+ */
+export function loadConfig(opts: LoadOptions): Readonly<VigilConfig> {
+  return validateConfig(opts.registry, readRawConfig(opts).raw, opts.env ?? process.env);
+}
+
+const PluginList = z.array(z.string().min(1).max(1024)).max(100);
+
+/**
+ * As loadConfig, after importing the modules named under `plugins:` (paths relative to
+ * the config file that names them) and registering their plugins, so their options are
+ * validated too.
+ */
+export async function loadConfigWithPlugins(opts: LoadOptions): Promise<Readonly<VigilConfig>> {
+  const { raw, file } = readRawConfig(opts);
+  const specs = (raw as { plugins?: unknown } | null)?.plugins;
+  if (specs !== undefined) {
+    const r = PluginList.safeParse(specs);
+    if (!r.success)
+      throw new ConfigError(formatIssues(r.error.issues.map((i) => ({ ...i, path: ['plugins', ...i.path] }))));
+    const fromOverlay = (opts.overlay as { plugins?: unknown } | undefined)?.plugins !== undefined;
+    const base = !fromOverlay && file ? dirname(resolve(file)) : process.cwd();
+    try {
+      await loadPluginModules(r.data, base, opts.registry);
+    } catch (e) {
+      if (isAppError(e)) throw new ConfigError([e.message]);
+      throw e;
+    }
+  }
+  return validateConfig(opts.registry, raw, opts.env ?? process.env);
 }
 
 export function validateConfig(registry: Registry, raw: unknown, env: NodeJS.ProcessEnv = process.env): VigilConfig {

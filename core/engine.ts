@@ -1,269 +1,300 @@
-import type { DependencyContainer } from 'tsyringe';
-import type { NoProgressKnobs } from '../detectors/no-progress/knobs.ts';
-import {
-  type NoProgressDetector,
-  PLUGIN_LIVE_MS,
-  type VerdictTransition,
-} from '../detectors/no-progress/no-progress.detector.ts';
+import type { EventEmitter } from 'node:events';
+import type { Severity } from './alert.ts';
+import type { Clock } from './clock.ts';
 import {
   type Decision,
-  type Directive,
+  type Detector,
   emptyTree,
+  type GateVote,
   type Mode,
   type ModeEvent,
+  type Origin,
+  type SessionInfo,
+  type SessionReadout,
+  type Transition,
   type TreeState,
-} from '../modes/contracts.ts';
-import { DirectiveQueue } from '../modes/directives.ts';
-import type { Clock } from './clock.ts';
-import type { Knobs } from './knobs.ts';
+} from './contracts.ts';
+import { DirectiveQueue } from './directives.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics.ts';
 import type { Notifier } from './notifier/notifier.ts';
-import type { Registry } from './registry.ts';
+import { keys, TTL } from './store/keys.ts';
 import type { Store } from './store/store.ts';
-import type { ProgressEvent, RequestRecord, VerdictLevel } from './wire.ts';
+import type { SessionTree } from './tree.ts';
+import type {
+  Directive,
+  ExternalVerdict,
+  GateAnswer,
+  GateQuery,
+  ProgressEvent,
+  RequestRecord,
+  VerdictLevel,
+} from './wire.ts';
 
-/** What the router asks before each model request. */
-export interface GateQuery {
-  conversation: string;
-  agent?: string;
-  parent?: string;
-  model?: string;
-}
-
-export interface GateAnswer {
-  action: 'allow' | 'refuse' | 'limit';
-  status?: 429;
-  retry_after_s?: number;
-  reason?: string;
-  max_context_tokens?: number;
-  /** How the router should enforce a limit: cap (trim or refuse) or overflow (a context-overflow error). */
-  limit_mechanism?: 'cap' | 'overflow';
-  model_tripped: boolean;
-}
-
-/** One row of the Sessions readout. */
+/** One row of the Sessions readout: the tree's facts, the mode's state, each detector's verdict. */
 export interface SessionRow {
   session: string;
   agent: string | null;
   parent: string | null;
   root: string;
+  /** The worst level any detector gives the session, with that detector's reason. */
   verdict: VerdictLevel;
   reason: string;
   source: string;
   stage: number;
   refused: boolean;
-  turns_since_landed: number;
-  usd_since_landed: number;
-  top_target: string | null;
-  top_count: number;
-  context_tokens: number;
-  calls: number;
-  landed: number;
   models: string[];
   plugin_live: boolean;
   plugin_version: string | null;
   last_event_at: string | null;
+  /** Every detector's verdict on the session. */
+  detectors: Record<string, { level: VerdictLevel; reason: string; source: string }>;
+  /** Sparkline series, oldest first. */
+  series: Record<string, readonly number[]>;
+  /** The columns detectors add (turns_since_landed, top_target, ...). */
+  [field: string]: unknown;
 }
 
-/** A model breaker plugs in here (detectors/behavior-breaker); the default trips nothing. */
-export interface ModelBreaker {
-  onRequest(r: RequestRecord): Promise<void>;
-  onVerdict(t: VerdictTransition, models: readonly string[]): Promise<void>;
-  isTripped(model: string): Promise<boolean>;
+/** A detector as the engine drives it: switched on and off by its section's `enabled` knob. */
+export interface Driven {
+  detector: Detector;
+  enabled: () => boolean;
 }
 
-export const NO_BREAKER: ModelBreaker = {
-  onRequest: async () => {},
-  onVerdict: async () => {},
-  isTripped: async () => false,
-};
+export const RANK: Record<VerdictLevel, number> = { ok: 0, stalling: 1, looping: 2 };
+/** Shared empty result: most inputs change nothing, so nothing is allocated for them. */
+const NONE: readonly Transition[] = Object.freeze([]);
+/** Transitions caused by transitions (a stall tripping a breaker) stop after this many per input. */
+const MAX_CASCADE = 1_000;
 
-export interface ExternalVerdictInput {
-  session_id: string;
-  parent_session_id?: string | null;
-  agent?: string;
-  level: VerdictLevel;
-  reason: string;
-  source: string;
-  second_opinion?: { model: string; looping: boolean; reason: string };
-}
+const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then?: unknown })?.then === 'function';
 
 /**
- * The data flow of DESIGN.md: input -> detector judge -> on a change of verdict only:
- * mode decision (tree state, directives) and alert. Also the router gate, which reads
- * the tree state the modes wrote. All state is in the store.
+ * The data flow: input -> every enabled detector -> on a CHANGE of verdict only: the
+ * mode decides (tree state, directives, alerts) for a session; the kernel alerts for
+ * any other subject; every other detector sees the transition. Also the router gate,
+ * which asks the mode and each detector. All state is in the store. The engine names
+ * no detector, mode or channel.
  */
 export class Engine {
   readonly directives: DirectiveQueue;
-  breaker: ModelBreaker = NO_BREAKER;
+  private readonly on: {
+    progress: Driven[];
+    request: Driven[];
+    verdict: Driven[];
+    transition: Driven[];
+    tick: Driven[];
+    gate: Driven[];
+  };
 
   constructor(
-    private readonly container: DependencyContainer,
-    private readonly registry: Registry,
-    private readonly knobs: Knobs,
+    private readonly driven: readonly Driven[],
+    /** The configured mode, built from the live knobs. */
+    readonly mode: () => Mode,
+    readonly tree: SessionTree,
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly logger: Logger,
-    readonly detector: NoProgressDetector,
     private readonly notifier: Notifier,
     private readonly metrics: Metrics,
+    private readonly events: EventEmitter,
   ) {
     this.directives = new DirectiveQueue(store);
+    const having = (m: keyof Detector) => driven.filter((x) => typeof x.detector[m] === 'function');
+    this.on = {
+      progress: having('onProgress'),
+      request: having('onRequest'),
+      verdict: having('onVerdict'),
+      transition: having('onTransition'),
+      tick: having('onTick'),
+      gate: having('gate'),
+    };
   }
 
-  private progressKnobs(): NoProgressKnobs {
-    return this.knobs.get<NoProgressKnobs>('progress');
+  detectors(): Detector[] {
+    return this.driven.map((x) => x.detector);
   }
 
-  /** The configured mode, built from the current knobs (so a PATCH applies at once). */
-  mode(): Mode {
-    const type = this.progressKnobs().mode;
-    const plugin = this.registry.modes.get(type);
-    if (!plugin) throw new Error(`mode "${type}" is not registered`);
-    const opts = this.knobs.get<Record<string, object>>('modes')[type] ?? {};
-    return plugin.create(this.container, opts) as Mode;
-  }
-
-  async progress(
-    events: readonly ProgressEvent[],
-    origin: { plugin_version?: string } = {},
-  ): Promise<VerdictTransition[]> {
-    const all: VerdictTransition[] = [];
+  async progress(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
+    let all = NONE;
     for (const ev of events) {
       this.metrics.event(ev.kind);
       const t0 = performance.now();
-      const changes = await this.detector.ingest({ type: 'progress', event: ev }, origin);
+      let s = this.tree.enter({
+        id: ev.session_id,
+        parent: ev.parent_session_id,
+        agent: ev.agent,
+        ts: ev.ts,
+        origin,
+      });
+      if (isPromise(s)) s = await s;
+      let out = NONE;
+      for (const x of this.on.progress) {
+        if (!x.enabled()) continue;
+        let r = x.detector.onProgress!(ev, s, origin);
+        if (isPromise(r)) r = await r;
+        if (r.length) out = out === NONE ? [...r] : [...out, ...r];
+      }
       this.metrics.judged(t0);
       if (ev.kind === 'compaction_done') {
-        const root = await this.detector.rootOf(ev.session_id);
-        await this.modeEvent(root, { type: 'compaction_done', session_id: ev.session_id, root_id: root });
+        await this.modeEvent(s.root, { type: 'compaction_done', session_id: ev.session_id, root_id: s.root });
       }
-      for (const c of changes) await this.onTransition(c);
-      if (changes.length) all.push(...changes);
+      if (out.length) all = [...all, ...(await this.handle(out))];
     }
     return all;
   }
 
-  async requests(records: readonly RequestRecord[]): Promise<VerdictTransition[]> {
-    const all: VerdictTransition[] = [];
+  async requests(records: readonly RequestRecord[]): Promise<readonly Transition[]> {
+    let all = NONE;
     for (const r of records) {
       this.metrics.requests.inc();
       const t0 = performance.now();
-      const changes = await this.detector.ingest({ type: 'request', record: r });
+      let s = this.tree.enter({
+        id: r.session_id,
+        parent: r.parent_session_id,
+        agent: r.agent,
+        model: r.model,
+        ts: r.ts,
+      });
+      if (isPromise(s)) s = await s;
+      let out = NONE;
+      for (const x of this.on.request) {
+        if (!x.enabled()) continue;
+        let t = x.detector.onRequest!(r, s);
+        if (isPromise(t)) t = await t;
+        if (t.length) out = out === NONE ? [...t] : [...out, ...t];
+      }
       this.metrics.judged(t0);
-      await this.breaker
-        .onRequest(r)
-        .catch((err) => this.logger.warn({ err: (err as Error).message }, 'breaker failed'));
-      for (const c of changes) await this.onTransition(c);
-      all.push(...changes);
+      if (out.length) all = [...all, ...(await this.handle(out))];
     }
     return all;
   }
 
-  async verdicts(list: readonly ExternalVerdictInput[]): Promise<VerdictTransition[]> {
-    const all: VerdictTransition[] = [];
+  /** Verdicts from outside sensors (the watchdog): every detector that listens judges them. */
+  async verdicts(list: readonly ExternalVerdict[]): Promise<readonly Transition[]> {
+    let all = NONE;
     for (const v of list) {
-      const changes = await this.detector.external(v);
-      for (const c of changes) await this.onTransition(c);
-      all.push(...changes);
+      const s = await this.tree.enter({ id: v.session_id, parent: v.parent_session_id, agent: v.agent });
+      let out = NONE;
+      for (const x of this.on.verdict) {
+        if (!x.enabled()) continue;
+        const t = await x.detector.onVerdict!(v, s);
+        if (t.length) out = [...out, ...t];
+      }
+      if (out.length) all = [...all, ...(await this.handle(out))];
     }
     return all;
   }
 
-  /** A verdict changed: the mode decides, the notifier alerts, the breaker counts. */
-  private async onTransition(c: VerdictTransition): Promise<void> {
-    this.metrics.verdicts.inc({ to: c.to, source: c.source });
-    const root = await this.detector.rootOf(c.session_id);
-    const state = await this.detector.state(c.session_id);
-    const meta = await this.detector.meta(c.session_id);
-    const report = (await this.detector.report(c.session_id)) ?? c.verdict.reason;
+  /** Time passed: detectors that keep time (restore stalls, the breaker's pending evidence) judge now. */
+  async tick(now = this.clock.now()): Promise<readonly Transition[]> {
+    let out = NONE;
+    for (const x of this.on.tick) {
+      if (!x.enabled()) continue;
+      try {
+        const t = await x.detector.onTick!(now);
+        if (t.length) out = [...out, ...t];
+      } catch (err) {
+        this.logger.warn({ err: (err as Error).message, detector: x.detector.type }, 'detector tick failed');
+      }
+    }
+    return out.length ? this.handle(out) : NONE;
+  }
+
+  /**
+   * Applies transitions: the mode or the notifier acts on each, then every other
+   * detector sees it (and may answer with transitions of its own, handled in turn).
+   * Detectors call this through TOKENS.Emit for transitions outside an input.
+   */
+  async handle(ts: readonly Transition[]): Promise<Transition[]> {
+    const queue = [...ts];
+    for (let i = 0; i < queue.length && i < MAX_CASCADE; i++) {
+      const t = queue[i];
+      await this.apply(t);
+      for (const x of this.on.transition) {
+        if (x.detector.type === t.detector || !x.enabled()) continue;
+        try {
+          const r = await x.detector.onTransition!(t);
+          if (r.length) queue.push(...r);
+        } catch (err) {
+          this.logger.warn(
+            { err: (err as Error).message, detector: x.detector.type },
+            'detector failed on a transition',
+          );
+        }
+      }
+    }
+    return queue;
+  }
+
+  private async apply(t: Transition): Promise<void> {
+    this.metrics.verdicts.inc({ to: t.to, source: t.source });
     this.logger.info(
-      { session: c.session_id, root, from: c.from, to: c.to, source: c.source, rule: c.verdict.rule },
-      `verdict ${c.from} -> ${c.to}`,
+      { subject: t.subject, from: t.from, to: t.to, detector: t.detector, source: t.source, rule: t.rule },
+      `verdict ${t.from} -> ${t.to}`,
     );
-    await this.modeEvent(root, {
-      type: 'verdict',
-      session_id: c.session_id,
-      root_id: root,
-      agent: state?.agent ?? meta?.agent,
-      from: c.from,
-      to: c.to,
-      reason: c.verdict.reason,
-      report,
-      source: c.source,
+    if (t.subject.kind === 'session') {
+      const id = t.subject.id;
+      const root = await this.tree.rootOf(id);
+      const meta = await this.tree.meta(id);
+      this.events.emit('transition', { ...t, root });
+      await this.modeEvent(root, {
+        type: 'verdict',
+        session_id: id,
+        root_id: root,
+        agent: meta?.agent,
+        detector: t.detector,
+        from: t.from,
+        to: t.to,
+        rule: t.rule,
+        reason: t.reason,
+        report: t.report ?? t.reason,
+        source: t.source,
+        dedup_key: t.dedup_key ?? `${t.detector}:${root}`,
+        act: t.act ?? t.to === 'looping',
+        ...(t.severity ? { severity: t.severity } : {}),
+        ...(t.title ? { title: t.title } : {}),
+      });
+      return;
+    }
+    // Not a session: the detector's own incident, raised or resolved as it says.
+    this.events.emit('transition', t);
+    const severity: Severity = t.severity ?? (t.to === 'looping' ? 'critical' : 'warning');
+    await this.alert({
+      dedup_key: t.dedup_key ?? `${t.detector}:${t.subject.id}`,
+      severity,
+      state: t.to === 'ok' ? 'resolve' : 'trigger',
+      title: (t.title ?? `${t.detector}: ${t.subject.id}`).slice(0, 200),
+      summary: t.reason.slice(0, 1024),
+      details: (t.report ?? '').slice(0, 16_384),
+      source: t.source.slice(0, 64),
     });
-    const models = meta?.models ?? [];
-    await this.breaker
-      .onVerdict(c, models)
-      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'breaker failed'));
+  }
+
+  private async alert(a: Parameters<Notifier['notify']>[0]): Promise<void> {
+    const r = await this.notifier.notify(a).catch((err) => {
+      this.logger.error({ err: (err as Error).message, dedup_key: a.dedup_key }, 'alert failed');
+      return undefined;
+    });
+    for (const ch of r?.channels ?? []) this.metrics.alerts.inc({ channel: ch.name, outcome: ch.outcome });
   }
 
   /** Runs the mode's pure decision compare-and-set on the tree, then queues its directives and alerts. */
   async modeEvent(root: string, ev: ModeEvent): Promise<Decision> {
     const mode = this.mode();
     const now = this.clock.now();
-    const d = await this.store.update<TreeState, Decision>(`tree:${root}`, (cur) => {
+    const d = await this.store.update<TreeState, Decision>(keys.tree(root), (cur) => {
       const r = mode.decide(cur ?? emptyTree(root, now), ev, now);
-      return { value: r.tree, result: r, ttlMs: 30 * 86_400_000 };
+      return { value: r.tree, result: r, ttlMs: TTL.tree };
     });
     await this.directives.push(root, d.directives, now);
-    for (const a of d.alerts) {
-      const r = await this.notifier.notify(a).catch((err) => {
-        this.logger.error({ err: (err as Error).message, dedup_key: a.dedup_key }, 'alert failed');
-        return undefined;
-      });
-      for (const ch of r?.channels ?? []) this.metrics.alerts.inc({ channel: ch.name, outcome: ch.outcome });
-    }
+    for (const a of d.alerts) await this.alert(a);
+    this.events.emit('tree', d.tree);
     return d;
   }
 
-  async sessionRow(id: string): Promise<SessionRow | undefined> {
-    const s = await this.detector.state(id);
-    if (!s) return undefined;
-    const [eff, root, meta] = await Promise.all([
-      this.detector.effective(id),
-      this.detector.rootOf(id),
-      this.detector.meta(id),
-    ]);
-    const tree = await this.tree(root);
-    const g = eff.verdict.signals;
-    return {
-      session: id,
-      agent: s.agent ?? meta?.agent ?? null,
-      parent: (await this.detector.parentOf(id)) ?? null,
-      root,
-      verdict: eff.level,
-      reason: eff.verdict.reason,
-      source: eff.source,
-      stage: tree?.stage ?? 0,
-      refused: Boolean(tree?.refuse_all || tree?.refused[id]),
-      turns_since_landed: g.turns_since_landed,
-      usd_since_landed: g.usd_since_landed,
-      top_target: g.top_target,
-      top_count: g.top_count,
-      context_tokens: g.context_tokens,
-      calls: g.calls,
-      landed: g.landed,
-      models: meta?.models ?? [],
-      plugin_live: meta?.plugin_seen_at !== undefined && this.clock.now() - meta.plugin_seen_at < PLUGIN_LIVE_MS,
-      plugin_version: meta?.plugin_version ?? null,
-      last_event_at: s.lastTs ? new Date(s.lastTs).toISOString() : null,
-    };
-  }
-
-  /** Every tracked session, most recent activity first. */
-  async sessionRows(limit = 1000): Promise<SessionRow[]> {
-    const rows: SessionRow[] = [];
-    for (const id of await this.detector.ids()) {
-      const r = await this.sessionRow(id);
-      if (r) rows.push(r);
-    }
-    return rows.sort((a, b) => (b.last_event_at ?? '').localeCompare(a.last_event_at ?? '')).slice(0, limit);
-  }
-
-  async tree(root: string): Promise<TreeState | undefined> {
-    return this.store.get<TreeState>(`tree:${root}`);
+  async treeState(root: string): Promise<TreeState | undefined> {
+    return this.store.get<TreeState>(keys.tree(root));
   }
 
   async resume(root: string, by: string): Promise<TreeState> {
@@ -272,7 +303,7 @@ export class Engine {
 
   /** Pending directives for a session's tree. */
   async pendingFor(session: string): Promise<Directive[]> {
-    return this.directives.pending(await this.detector.rootOf(session));
+    return this.directives.pending(await this.tree.rootOf(session));
   }
 
   /** The plugin acknowledges directives (by id, with the root they belong to). */
@@ -292,52 +323,126 @@ export class Engine {
     return n;
   }
 
-  /** The router gate: allow, refuse with a scoped 429, or limit the context. */
+  /** The router gate: the mode and every detector vote; the strictest vote wins. */
   async check(q: GateQuery): Promise<GateAnswer> {
-    if (q.parent) await this.detector.link(q.conversation, q.parent);
-    const [root, tripped] = await Promise.all([
-      this.detector.rootOf(q.conversation),
-      q.model ? this.breaker.isTripped(q.model) : Promise.resolve(false),
-    ]);
-    let tree = await this.tree(root);
+    let s: SessionInfo | Promise<SessionInfo> = this.tree.enter({
+      id: q.conversation,
+      parent: q.parent,
+      agent: q.agent,
+    });
+    if (isPromise(s)) s = await s;
     const now = this.clock.now();
-    const opts = this.knobs.get<Record<string, Record<string, number>>>('modes').auto_recover ?? {};
-    // A recovery whose compaction was never reported: let the mode time it out.
-    if (tree?.awaiting_compaction && now - tree.awaiting_compaction.since >= (opts.compaction_timeout ?? 900_000)) {
-      tree = (await this.modeEvent(root, { type: 'tick', root_id: root })).tree;
+    const mode = this.mode();
+    let tree = await this.treeState(s.root);
+    if (tree && mode.due?.(tree, now)) tree = (await this.modeEvent(s.root, { type: 'tick', root_id: s.root })).tree;
+    const votes: GateVote[] = [];
+    const mv = tree ? mode.gate(tree, q.conversation, now) : undefined;
+    if (mv) votes.push(mv);
+    for (const x of this.on.gate) {
+      if (!x.enabled()) continue;
+      const v = await x.detector.gate!({ query: q, session: s, mode: mode.type, now });
+      if (v) votes.push(v);
     }
-    let answer: GateAnswer = { action: 'allow', model_tripped: tripped };
-    if (tree?.refuse_all) {
-      answer = {
-        action: 'refuse',
-        status: 429,
-        retry_after_s: Math.ceil((opts.hard_stop_retry_after ?? 3_600_000) / 1000),
-        reason: tree.refuse_all.reason,
-        model_tripped: tripped,
-      };
-    } else if (tree?.refused[q.conversation]) {
-      answer = {
-        action: 'refuse',
-        status: 429,
-        retry_after_s: Math.ceil((opts.retry_after ?? 30_000) / 1000),
-        reason: tree.refused[q.conversation].reason,
-        model_tripped: tripped,
-      };
-    } else if (tree) {
-      const lim = [tree.limits[q.conversation], tree.limits['*']].find(
-        (l) => l && (l.until === undefined || l.until > now),
-      );
-      if (lim) {
-        answer = {
-          action: 'limit',
-          max_context_tokens: lim.max_context_tokens,
-          limit_mechanism: lim.mechanism,
-          reason: 'context capped after a loop',
-          model_tripped: tripped,
-        };
-      }
-    }
+    const answer = combine(votes);
     this.metrics.gate.inc({ action: answer.action });
     return answer;
   }
+
+  /** One session's row of the Sessions readout. */
+  async sessionRow(id: string): Promise<SessionRow | undefined> {
+    const [meta, info] = await Promise.all([this.tree.meta(id), this.tree.info(id)]);
+    const readouts: [string, SessionReadout][] = [];
+    for (const x of this.driven) {
+      if (!x.detector.session) continue;
+      const r = await x.detector.session(id);
+      if (r) readouts.push([x.detector.type, r]);
+    }
+    if (!meta && readouts.length === 0) return undefined;
+    const tree = await this.treeState(info.root);
+    let worst: SessionReadout | undefined;
+    for (const [, r] of readouts) if (!worst || RANK[r.level] > RANK[worst.level]) worst = r;
+    const row: SessionRow = {
+      session: id,
+      agent: meta?.agent ?? null,
+      parent: info.parent ?? null,
+      root: info.root,
+      verdict: worst?.level ?? 'ok',
+      reason: worst?.reason ?? '',
+      source: worst?.source ?? '',
+      stage: tree?.stage ?? 0,
+      refused: Boolean(tree?.refuse_all || tree?.refused[id]),
+      models: meta?.models ?? [],
+      plugin_live: this.tree.pluginLive(meta),
+      plugin_version: meta?.plugin_version ?? null,
+      last_event_at: null,
+      detectors: {},
+      series: {},
+    };
+    let last = meta?.last_seen ?? 0;
+    for (const [type, r] of readouts) {
+      row.detectors[type] = { level: r.level, reason: r.reason, source: r.source };
+      for (const [k, v] of Object.entries(r.fields ?? {})) if (!(k in row)) row[k] = v;
+      Object.assign(row.series, r.series);
+      if ((r.last_event_at ?? 0) > last) last = r.last_event_at ?? 0;
+    }
+    row.last_event_at = last ? new Date(last).toISOString() : null;
+    return row;
+  }
+
+  /** Every tracked session, most recent activity first. */
+  async sessionRows(limit = 1000): Promise<SessionRow[]> {
+    const ids = new Set(await this.tree.ids());
+    for (const x of this.driven) for (const id of (await x.detector.sessions?.()) ?? []) ids.add(id);
+    const rows: SessionRow[] = [];
+    for (const id of ids) {
+      const r = await this.sessionRow(id);
+      if (r) rows.push(r);
+    }
+    return rows.sort((a, b) => (b.last_event_at ?? '').localeCompare(a.last_event_at ?? '')).slice(0, limit);
+  }
+
+  /** The incident reports of a session, the worst detector's first; undefined when nobody knows it. */
+  async report(id: string): Promise<string | undefined> {
+    const parts: { rank: number; text: string }[] = [];
+    for (const x of this.driven) {
+      if (!x.detector.report) continue;
+      const text = await x.detector.report(id);
+      if (text === undefined) continue;
+      const r = await x.detector.session?.(id);
+      parts.push({ rank: r ? RANK[r.level] : 0, text });
+    }
+    if (!parts.length) return undefined;
+    return parts
+      .sort((a, b) => b.rank - a.rank)
+      .map((p) => p.text)
+      .join('\n\n');
+  }
+}
+
+/** The strictest vote wins: a refusal over a limit over allow; the smallest cap; any tripped model. */
+export function combine(votes: readonly GateVote[]): GateAnswer {
+  const tripped = votes.some((v) => v.model_tripped);
+  const refuse = votes.find((v) => v.refuse)?.refuse;
+  if (refuse) {
+    return {
+      action: 'refuse',
+      status: 429,
+      retry_after_s: refuse.retry_after_s,
+      reason: refuse.reason,
+      model_tripped: tripped,
+    };
+  }
+  let limit: GateVote['limit'];
+  for (const v of votes)
+    if (v.limit && (!limit || v.limit.max_context_tokens < limit.max_context_tokens)) limit = v.limit;
+  if (limit) {
+    return {
+      action: 'limit',
+      max_context_tokens: limit.max_context_tokens,
+      limit_mechanism: limit.mechanism,
+      reason: limit.reason,
+      model_tripped: tripped,
+    };
+  }
+  return { action: 'allow', model_tripped: tripped };
 }

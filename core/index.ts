@@ -1,17 +1,50 @@
-// Vigil's public surface. Everything else is internal and may change.
+// The kernel's public surface: contracts, registry, config, the instance. Everything
+// else is internal and may change. The package entry (index.ts) adds the built-ins.
 import 'reflect-metadata';
 
-export { createRegistry } from '../builtins.ts';
 export type { Alert, AlertInput, AlertState, Severity } from './alert.ts';
-export { createVigil, Vigil, type VigilOptions } from './app.ts';
 export { type Clock, FakeClock, systemClock } from './clock.ts';
-export { ConfigError, loadConfig, type VigilConfig } from './config.ts';
-export type { Channel, ChannelPlugin } from './contracts.ts';
+export { ConfigError, loadConfig, loadConfigWithPlugins, type VigilConfig } from './config.ts';
+export type {
+  AnyPlugin,
+  Channel,
+  ChannelPlugin,
+  Decision,
+  Detector,
+  DetectorPlugin,
+  GateContext,
+  GateVote,
+  Mode,
+  ModeEvent,
+  ModePlugin,
+  Origin,
+  Panel,
+  PluginRoute,
+  SessionInfo,
+  SessionReadout,
+  Subject,
+  Transition,
+  TreeState,
+} from './contracts.ts';
+export { emptyTree } from './contracts.ts';
 export { duration } from './duration.ts';
+export type { SessionRow } from './engine.ts';
 export { AppError, DeliveryError } from './errors.ts';
 export { createLogger, type Logger } from './logger.ts';
-export type { DetectorPlugin, ModePlugin } from './registry.ts';
-export { classChannel, Registry } from './registry.ts';
+export { classChannel, definePlugin, isPlugin, Registry } from './registry.ts';
 export { renderLine, renderTitle, truncate } from './render.ts';
 export type { Store } from './store/store.ts';
 export { TOKENS } from './tokens.ts';
+export type { SessionMeta, SessionTree } from './tree.ts';
+export { createKernel, type KernelOptions, Vigil } from './vigil.ts';
+export type {
+  Directive,
+  ExternalVerdict,
+  GateAnswer,
+  GateQuery,
+  ProgressEvent,
+  ProgressEventInput,
+  RequestRecord,
+  RequestRecordInput,
+  VerdictLevel,
+} from './wire.ts';

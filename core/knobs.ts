@@ -1,10 +1,11 @@
 import { z } from 'zod';
-import { ConfigError, formatIssues, mergeConfig, type VigilConfig } from './config.ts';
+import { ConfigError, formatIssues, knobSchemas, mergeConfig, type VigilConfig } from './config.ts';
 import type { Logger } from './logger.ts';
 import type { Registry } from './registry.ts';
+import { keys } from './store/keys.ts';
 import type { Store } from './store/store.ts';
 
-const KEY = 'knobs';
+const KEY = keys.knobs;
 
 /**
  * The live tuning knobs: every detector section (`progress`, `breaker`, ...) and the
@@ -24,11 +25,7 @@ export class Knobs {
     private readonly store: Store,
     private readonly logger: Logger,
   ) {
-    this.schemas = {};
-    for (const d of registry.detectors.values()) this.schemas[d.section] = d.options;
-    const modeShape: Record<string, z.ZodType> = {};
-    for (const m of registry.modes.values()) modeShape[m.type] = m.options.prefault({});
-    this.schemas.modes = z.strictObject(modeShape);
+    this.schemas = knobSchemas(registry);
     this.current = {};
     for (const s of Object.keys(this.schemas)) this.current[s] = structuredClone(config[s]);
   }

@@ -1,51 +1,85 @@
-import type { DependencyContainer, InjectionToken } from 'tsyringe';
-
+import type { InjectionToken } from 'tsyringe';
 import type { z } from 'zod';
-import type { Channel, ChannelPlugin } from './contracts.ts';
+import type { AnyPlugin, Channel, ChannelPlugin, DetectorPlugin, ModePlugin } from './contracts.ts';
 import { AppError } from './errors.ts';
 import { TOKENS } from './tokens.ts';
 
+/** Marks what definePlugin() returned, so a plugin module's exports are recognised. */
+const PLUGIN = Symbol.for('vigil.plugin');
+
 /**
- * A detector type: consumes progress events, request records and verdicts, keeps its
- * state in the store, emits verdicts. Its options are one top-level config section.
+ * Declares a plugin (a channel, detector or mode type). Returns it unchanged, checked
+ * and marked, so a module named under `plugins:` in the config can export it.
  */
-export interface DetectorPlugin<O extends object = any, D = unknown> {
-  readonly kind: 'detector';
-  readonly type: string;
-  /** Top-level config key holding its options, e.g. `progress`. */
-  readonly section: string;
-  readonly options: z.ZodObject<any>;
-  create(c: DependencyContainer, opts: O): D;
+export function definePlugin<P extends AnyPlugin>(p: P): P {
+  checkShape(p, 'definePlugin');
+  Object.defineProperty(p, PLUGIN, { value: true, enumerable: false });
+  return p;
 }
 
-/** A response mode: turns a verdict transition into actions. Options live under `modes.<type>`. */
-export interface ModePlugin<O extends object = any, M = unknown> {
-  readonly kind: 'mode';
-  readonly type: string;
-  readonly options: z.ZodObject<any>;
-  create(c: DependencyContainer, opts: O): M;
+/** Whether a value is a plugin definition (marked by definePlugin, or shaped like one). */
+export function isPlugin(v: unknown): v is AnyPlugin {
+  if (!v || typeof v !== 'object') return false;
+  if ((v as Record<symbol, unknown>)[PLUGIN]) return true;
+  const p = v as Partial<AnyPlugin>;
+  return (
+    (p.kind === 'channel' || p.kind === 'detector' || p.kind === 'mode') &&
+    typeof p.type === 'string' &&
+    typeof p.create === 'function' &&
+    typeof (p.options as { safeParse?: unknown } | undefined)?.safeParse === 'function'
+  );
 }
 
-export type AnyPlugin = ChannelPlugin | DetectorPlugin | ModePlugin;
+function checkShape(p: AnyPlugin, where: string): void {
+  const bad = (why: string) => new AppError('PLUGIN_INVALID', `${where}: ${why}`);
+  if (!p || typeof p !== 'object') throw bad('expected a plugin object');
+  if (p.kind !== 'channel' && p.kind !== 'detector' && p.kind !== 'mode')
+    throw bad(`kind must be channel, detector or mode (got ${JSON.stringify((p as { kind?: unknown }).kind)})`);
+  if (typeof p.type !== 'string' || !/^[a-z][a-z0-9_-]*$/.test(p.type))
+    throw bad(`${p.kind} type "${String(p.type)}" must be lowercase [a-z0-9_-]`);
+  if (typeof p.create !== 'function') throw bad(`${p.kind} "${p.type}" has no create()`);
+  if (typeof (p.options as { safeParse?: unknown })?.safeParse !== 'function')
+    throw bad(`${p.kind} "${p.type}" has no zod options schema`);
+  if (p.kind === 'detector' && (typeof p.section !== 'string' || !/^[a-z][a-z0-9_]*$/.test(p.section)))
+    throw bad(`detector "${p.type}" needs a config section name ([a-z0-9_])`);
+}
 
 /**
- * The three plugin kinds, each keyed by its `type`. The config schema is composed from
- * what is registered here, so a third-party channel registered with one call is
- * configurable, validated and redacted exactly like the built-in ones.
+ * The plugin kinds, each keyed by its `type`, plus the extra config sections the
+ * composition root adds (the watchdog's). The config schema is composed from what is
+ * registered here, so a plugin registered with one call (or named under `plugins:`)
+ * is configurable, validated and redacted exactly like the built-in ones.
  */
 export class Registry {
   readonly channels = new Map<string, ChannelPlugin>();
   readonly detectors = new Map<string, DetectorPlugin>();
   readonly modes = new Map<string, ModePlugin>();
+  readonly sections = new Map<string, z.ZodObject<any>>();
+  /** Where each plugin came from (a module path for plugins loaded from config). */
+  readonly origins = new Map<string, string>();
 
-  register(p: AnyPlugin): this {
+  register(p: AnyPlugin, origin = 'registered'): this {
+    checkShape(p, origin);
     const table: Map<string, AnyPlugin> =
       p.kind === 'channel' ? this.channels : p.kind === 'detector' ? this.detectors : this.modes;
-    if (!/^[a-z][a-z0-9_-]*$/.test(p.type)) {
-      throw new AppError('PLUGIN_CREATE_FAILED', `${p.kind} type "${p.type}" must be lowercase [a-z0-9_-]`);
+    if (table.has(p.type)) {
+      const first = this.origins.get(`${p.kind}:${p.type}`);
+      throw new AppError('PLUGIN_DUPLICATE', `${p.kind} type "${p.type}" is already registered (by ${first})`);
     }
-    if (table.has(p.type)) throw new AppError('PLUGIN_DUPLICATE', `${p.kind} type "${p.type}" is already registered`);
+    if (p.kind === 'detector') {
+      for (const d of this.detectors.values())
+        if (d.section === p.section)
+          throw new AppError('PLUGIN_DUPLICATE', `config section "${p.section}" is already used by ${d.type}`);
+    }
     table.set(p.type, p);
+    this.origins.set(`${p.kind}:${p.type}`, origin);
+    return this;
+  }
+
+  /** An extra top-level config section validated with `schema` (not a plugin: e.g. the watchdog's). */
+  section(name: string, schema: z.ZodObject<any>): this {
+    if (this.sections.has(name)) throw new AppError('PLUGIN_DUPLICATE', `config section "${name}" already exists`);
+    this.sections.set(name, schema);
     return this;
   }
 
@@ -74,7 +108,7 @@ export function classChannel<O extends object>(
   cls: InjectionToken<Channel>,
   secrets?: (o: O) => string[],
 ): ChannelPlugin<O> {
-  return {
+  return definePlugin<ChannelPlugin<O>>({
     kind: 'channel',
     type,
     options,
@@ -85,5 +119,5 @@ export function classChannel<O extends object>(
       child.register(TOKENS.PluginName, { useValue: name });
       return child.resolve(cls);
     },
-  };
+  });
 }

@@ -11,6 +11,14 @@ export const TOKENS = {
   Notifier: Symbol('Notifier'),
   DeliveryLog: Symbol('DeliveryLog'),
   Env: Symbol('Env'),
+  /** The session tree (core/tree.ts): parent, root, agent and metadata of every session. */
+  Tree: Symbol('Tree'),
+  /** `(transitions) => Promise<void>`: how a detector reports transitions outside an input (a timer, a gate check). */
+  Emit: Symbol('Emit'),
+  /** The instance's event bus (node:events): transition, tree, delivery, knobs, channel, heartbeat. */
+  Events: Symbol('Events'),
+  /** Metrics (core/metrics.ts). */
+  Metrics: Symbol('Metrics'),
   /** The live knobs (core/knobs.ts). */
   Knobs: Symbol('Knobs'),
   /** Options of the plugin instance being built (one child container per instance). */

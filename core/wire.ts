@@ -166,3 +166,120 @@ export const VerdictSchema = z.strictObject({
   signals: VerdictSignalsSchema,
 });
 export type Verdict = z.output<typeof VerdictSchema>;
+
+/** One line of printable ASCII: reasons and summaries that cross the wire carry no content. */
+export const LineSchema = (max: number) =>
+  z
+    .string()
+    .max(max)
+    .regex(/^[\x20-\x7e]*$/, 'printable ASCII');
+
+/** A model id as the router names it (`providerID/modelID`). */
+export const ModelSchema = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+/** A verdict from outside the detectors (the watchdog), tagged with its source. */
+export const ExternalVerdictSchema = z.strictObject({
+  session_id: IdSchema,
+  parent_session_id: IdSchema.nullable().optional(),
+  agent: AgentSchema.optional(),
+  level: VerdictLevelSchema,
+  /** One line, no content. */
+  reason: LineSchema(300),
+  source: z
+    .string()
+    .min(1)
+    .max(64)
+    .regex(/^[a-z0-9_.-]+$/)
+    .default('watchdog'),
+  /** The watchdog's local model, recorded beside the deterministic verdict. */
+  second_opinion: z
+    .strictObject({
+      model: z.string().min(1).max(200),
+      looping: z.boolean(),
+      reason: LineSchema(300),
+    })
+    .optional(),
+});
+export type ExternalVerdict = z.output<typeof ExternalVerdictSchema>;
+export type ExternalVerdictInput = z.input<typeof ExternalVerdictSchema>;
+
+export const TICK_STATUSES = ['ok', 'flagged', 'idle', 'blind', 'error', 'skipped'] as const;
+
+/** The watchdog's tick result, as it reports it after each tick. */
+export const HeartbeatSchema = z.strictObject({
+  last_tick_at: TimestampSchema,
+  result: z.strictObject({
+    status: z.enum(TICK_STATUSES),
+    servers: z.number().int().min(0).max(10_000).default(0),
+    sessions: z.number().int().min(0).max(1_000_000).default(0),
+    flagged: z.number().int().min(0).max(1_000_000).default(0),
+    model_calls: z.number().int().min(0).max(1_000_000).default(0),
+    duration_ms: z.number().min(0).max(86_400_000).optional(),
+    error: z.string().max(300).optional(),
+  }),
+});
+export type Heartbeat = z.output<typeof HeartbeatSchema>;
+
+/** What the router asks before each model request. */
+export const GateQuerySchema = z.strictObject({
+  conversation: IdSchema,
+  agent: AgentSchema.optional(),
+  parent: IdSchema.optional(),
+  model: ModelSchema.optional(),
+});
+export type GateQuery = z.output<typeof GateQuerySchema>;
+
+/** The gate's answer. `refuse` is a scoped 429; `limit` caps the context; `model_tripped` is for routing. */
+export const GateAnswerSchema = z.object({
+  action: z.enum(['allow', 'refuse', 'limit']),
+  status: z.literal(429).optional(),
+  retry_after_s: z.number().optional(),
+  reason: z.string().optional(),
+  max_context_tokens: z.number().optional(),
+  /** How the router should enforce a limit: cap (trim or refuse) or overflow (a context-overflow error). */
+  limit_mechanism: z.enum(['cap', 'overflow']).optional(),
+  model_tripped: z.boolean(),
+});
+export type GateAnswer = z.output<typeof GateAnswerSchema>;
+
+export const DIRECTIVE_TYPES = ['toast', 'abort', 'compact', 'lift', 'fresh'] as const;
+export type DirectiveType = (typeof DIRECTIVE_TYPES)[number];
+
+/** An action for the opencode plugin, queued per tree until the plugin acknowledges it. */
+export const DirectiveSpecSchema = z.strictObject({
+  type: z.enum(DIRECTIVE_TYPES),
+  /** The session to act on (abort, compact, fresh) or about (toast, lift). */
+  session_id: IdSchema,
+  toast: z
+    .strictObject({
+      title: z.string().max(120),
+      message: z.string().max(300),
+      variant: z.enum(['info', 'success', 'warning', 'error']),
+    })
+    .optional(),
+  /** compact: the incident report the plugin appends to the compaction prompt; fresh: the brief. */
+  report: z.string().max(16_384).optional(),
+  /** compact: continue the session after the compaction. */
+  auto_continue: z.boolean().optional(),
+  reason: z.string().max(300).optional(),
+});
+export type DirectiveSpec = z.output<typeof DirectiveSpecSchema>;
+
+export const DirectiveSchema = DirectiveSpecSchema.extend({
+  id: z.string().min(1).max(64),
+  root_id: IdSchema,
+  created_at: z.number(),
+});
+export type Directive = z.output<typeof DirectiveSchema>;
+
+/** The plugin acknowledges the directives it carried out. */
+export const DirectiveAckSchema = z.strictObject({
+  acks: z
+    .array(z.strictObject({ id: z.string().min(1).max(64), root_id: IdSchema }))
+    .min(1)
+    .max(500),
+});

@@ -1,25 +1,37 @@
 import type { AlertInput, Severity } from '../core/alert.ts';
-import type { VerdictLevel } from '../core/wire.ts';
-import type { Decision, DirectiveSpec, ModeEvent, TreeState } from './contracts.ts';
+import type { Decision, GateVote, ModeEvent, TreeState, VerdictModeEvent } from '../core/contracts.ts';
+import type { DirectiveSpec, VerdictLevel } from '../core/wire.ts';
 
-// What every mode does (seed 000 section 5: "every mode warns"): keep the tree's
+// What every mode does ("every mode warns"): keep the tree's open incidents and their
 // flagged sessions, toast in the operator's opencode window, and raise, escalate or
-// resolve the tree's incident through the notifier. Modes that act add to this.
+// resolve each incident through the notifier. Modes that act add to this.
 
 const RANK: Record<VerdictLevel, number> = { ok: 0, stalling: 1, looping: 2 };
 
-export function worstFlag(t: TreeState): VerdictLevel {
+/** The worst level among an incident's flagged sessions. */
+export function worstOf(flagged: Record<string, VerdictLevel> | undefined): VerdictLevel {
   let w: VerdictLevel = 'ok';
-  for (const l of Object.values(t.flagged)) if (RANK[l] > RANK[w]) w = l;
+  for (const l of Object.values(flagged ?? {})) if (RANK[l] > RANK[w]) w = l;
   return w;
 }
 
+/** No refusal of any kind: incidents whose sessions all recovered may resolve. */
 export function treeIsQuiet(t: TreeState): boolean {
-  return Object.keys(t.flagged).length === 0 && Object.keys(t.refused).length === 0 && !t.refuse_all;
+  return Object.keys(t.refused).length === 0 && !t.refuse_all;
 }
 
-export function incidentTitle(ev: Extract<ModeEvent, { type: 'verdict' }>): string {
-  return `${ev.to}: ${ev.agent ?? 'agent'} (${ev.session_id})`.slice(0, 200);
+/** Whether this event starts an acting mode's action: a transition the detector marked for acting. */
+export function startsActing(ev: ModeEvent): ev is VerdictModeEvent {
+  return ev.type === 'verdict' && ev.act && ev.to !== 'ok' && ev.from !== ev.to;
+}
+
+/** The alert source: the detector, and the outside sensor when one said so (`no-progress/watchdog`). */
+export function sourceOf(ev: VerdictModeEvent): string {
+  return (ev.source === ev.detector ? ev.detector : `${ev.detector}/${ev.source}`).slice(0, 64);
+}
+
+export function incidentTitle(ev: VerdictModeEvent, level: VerdictLevel = ev.to): string {
+  return (ev.title ?? `${level}: ${ev.agent ?? 'agent'} (${ev.session_id})`).slice(0, 200);
 }
 
 export function toast(
@@ -31,21 +43,51 @@ export function toast(
   return { type: 'toast', session_id, toast: { title: title.slice(0, 120), message: message.slice(0, 300), variant } };
 }
 
+export function resolveAlert(
+  dedup_key: string,
+  title: string,
+  summary: string,
+  source: string,
+  details = '',
+): AlertInput {
+  return { dedup_key, severity: 'info', state: 'resolve', title: title.slice(0, 200), summary, details, source };
+}
+
+/**
+ * Resolves every open incident of the tree whose sessions all recovered, once the tree
+ * holds no refusal (a refused or stopped tree keeps its incident open until lifted).
+ */
+export function settle(d: Decision, summary: string, source = 'vigil'): Decision {
+  if (!treeIsQuiet(d.tree)) return d;
+  for (const [key, sessions] of Object.entries(d.tree.flagged)) {
+    if (Object.keys(sessions).length) continue;
+    const { [key]: _, ...rest } = d.tree.flagged;
+    d.tree = { ...d.tree, flagged: rest };
+    d.alerts.push(resolveAlert(key, `recovered: ${d.tree.root}`, summary, source));
+  }
+  return d;
+}
+
 /**
  * The warning part of a decision. `looping` is critical when nothing acts on it (warn
- * mode), a warning when the mode acts; the hard stop is always critical (added by
- * auto_recover).
+ * mode), a warning when the mode acts; a detector may set the severity itself; the
+ * hard stop is always critical (added by auto_recover).
  */
 export function warnDecision(tree: TreeState, ev: ModeEvent, now: number, loopingSeverity: Severity): Decision {
-  const t: TreeState = { ...tree, flagged: { ...tree.flagged }, updated_at: now };
-  const directives: DirectiveSpec[] = [];
-  const alerts: AlertInput[] = [];
-  if (ev.type !== 'verdict') return { tree: t, directives, alerts };
-  if (ev.to === 'ok') delete t.flagged[ev.session_id];
-  else t.flagged[ev.session_id] = ev.to;
+  const d: Decision = {
+    tree: { ...tree, flagged: { ...tree.flagged }, updated_at: now },
+    directives: [],
+    alerts: [],
+  };
+  if (ev.type !== 'verdict') return d;
+  const inc = { ...(d.tree.flagged[ev.dedup_key] ?? {}) };
+  if (ev.to === 'ok') delete inc[ev.session_id];
+  else inc[ev.session_id] = ev.to;
+  // The key stays (empty) until its resolve is sent: that is how settle() knows it is open.
+  if (Object.keys(inc).length || d.tree.flagged[ev.dedup_key]) d.tree.flagged[ev.dedup_key] = inc;
 
   if (RANK[ev.to] > RANK[ev.from]) {
-    directives.push(
+    d.directives.push(
       toast(
         ev.session_id,
         `Vigil: ${ev.to}`,
@@ -54,31 +96,46 @@ export function warnDecision(tree: TreeState, ev: ModeEvent, now: number, loopin
       ),
     );
   }
-  const worst = worstFlag(t);
+  const worst = worstOf(inc);
   if (worst !== 'ok') {
-    alerts.push({
-      dedup_key: t.root,
-      severity: worst === 'looping' ? loopingSeverity : 'warning',
+    d.alerts.push({
+      dedup_key: ev.dedup_key,
+      severity: ev.severity ?? (worst === 'looping' ? loopingSeverity : 'warning'),
       state: 'trigger',
-      title: incidentTitle(ev.to === 'ok' ? { ...ev, to: worst } : ev),
+      title: incidentTitle(ev, ev.to === 'ok' ? worst : ev.to),
       summary: ev.reason,
       details: ev.report,
-      source: ev.source === 'no-progress' ? 'no-progress' : `no-progress/${ev.source}`.slice(0, 64),
+      source: sourceOf(ev),
     });
-  } else if (treeIsQuiet(t)) {
-    alerts.push(resolveAlert(t.root, `recovered: ${ev.agent ?? ev.session_id} is making progress`, ev.report));
+    return d;
   }
-  return { tree: t, directives, alerts };
+  return settle(d, `recovered: ${ev.agent ?? ev.session_id} is making progress`, sourceOf(ev));
 }
 
-export function resolveAlert(root: string, summary: string, details = ''): AlertInput {
-  return {
-    dedup_key: root,
-    severity: 'info',
-    state: 'resolve',
-    title: `recovered: ${root}`,
-    summary,
-    details,
-    source: 'no-progress',
-  };
+/** Retry-After of a refusal when the mode has no option of its own. */
+export const GATE_DEFAULTS = { retry_after: 30_000, hard_stop_retry_after: 3_600_000 };
+
+/** The gate's vote from a tree's state: the hard stop, a scoped refusal, or a context cap. */
+export function treeGate(
+  t: TreeState,
+  session: string,
+  now: number,
+  o: { retry_after: number; hard_stop_retry_after: number } = GATE_DEFAULTS,
+): GateVote | undefined {
+  if (t.refuse_all) {
+    return { refuse: { reason: t.refuse_all.reason, retry_after_s: Math.ceil(o.hard_stop_retry_after / 1000) } };
+  }
+  const r = t.refused[session];
+  if (r) return { refuse: { reason: r.reason, retry_after_s: Math.ceil(o.retry_after / 1000) } };
+  const lim = [t.limits[session], t.limits['*']].find((l) => l && (l.until === undefined || l.until > now));
+  if (lim) {
+    return {
+      limit: {
+        max_context_tokens: lim.max_context_tokens,
+        mechanism: lim.mechanism,
+        reason: 'context capped after a loop',
+      },
+    };
+  }
+  return undefined;
 }

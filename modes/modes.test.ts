@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../builtins.ts';
-import type { Vigil } from '../core/app.ts';
 import { FakeClock } from '../core/clock.ts';
+import type { Vigil } from '../core/vigil.ts';
 import { behaviour, eventually, flushPrefix, recordingPlugin, testPrefix, testVigil } from '../test/helpers/index.ts';
 
 // Scenario tests of the response modes through the real engine (store, gate, notifier),
@@ -38,7 +38,7 @@ async function setup(backend: 'memory' | 'redis', mode: string, extra: Record<st
         rate_limit: { max: 1000, window: '1h' },
       },
     ],
-    overlay: { progress: { mode }, ...extra },
+    overlay: { ...extra, modes: { mode, ...((extra.modes as object) ?? {}) } },
   });
   running.push({ v, prefix: prefix ? undefined : p });
   // The tree: root with two children; the gate learns the links from the router's headers.
@@ -68,7 +68,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
     await verdict(v, 'looping');
     expect(await types(v)).toEqual([`toast:${CHILD}`, `toast:${CHILD}`]);
     for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('allow');
-    expect((await v.engine.tree(ROOT))?.stage).toBe(0);
+    expect((await v.engine.treeState(ROOT))?.stage).toBe(0);
     await verdict(v, 'ok');
     await v.queue.idle();
     await eventually(() => b.sent.length === 3);
@@ -115,7 +115,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
     const { v, clock, b } = await setup(backend, 'auto_recover');
     // Stage 1: the stuck child is refused, the plugin aborts it and the root, compacts the root.
     await verdict(v, 'looping');
-    expect((await v.engine.tree(ROOT))?.stage).toBe(1);
+    expect((await v.engine.treeState(ROOT))?.stage).toBe(1);
     expect(await v.engine.check({ conversation: CHILD })).toMatchObject({
       action: 'refuse',
       status: 429,
@@ -146,7 +146,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
     clock.advance(10 * 60_000);
     await verdict(v, 'ok');
     await verdict(v, 'looping');
-    expect((await v.engine.tree(ROOT))?.stage).toBe(2);
+    expect((await v.engine.treeState(ROOT))?.stage).toBe(2);
     expect(await gate(v, CHILD)).toBe('refuse');
     expect(await v.engine.check({ conversation: SIBLING })).toMatchObject({
       action: 'limit',
@@ -161,7 +161,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
     clock.advance(10 * 60_000);
     await verdict(v, 'ok');
     await verdict(v, 'looping');
-    const t = await v.engine.tree(ROOT);
+    const t = await v.engine.treeState(ROOT);
     expect(t?.stage).toBe(3);
     for (const s of [CHILD, ROOT, SIBLING]) {
       expect(await v.engine.check({ conversation: s })).toMatchObject({
@@ -195,7 +195,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
     clock.advance(61 * 60_000);
     await verdict(v, 'ok');
     await verdict(v, 'looping');
-    expect((await v.engine.tree(ROOT))?.stage).toBe(1);
+    expect((await v.engine.treeState(ROOT))?.stage).toBe(1);
   });
 
   it('auto_recover: a stuck root is refused only until it is aborted, so its compaction can run', async () => {
@@ -227,14 +227,14 @@ describe('with Redis, a hard stop survives a restart', () => {
       await v.engine.progress([{ kind: 'compaction_done', session_id: ROOT, ts: Date.now(), landed: false }]);
       await verdict(v, 'ok');
       await verdict(v, 'looping');
-      expect((await v.engine.tree(ROOT))?.stage).toBe(3);
+      expect((await v.engine.treeState(ROOT))?.stage).toBe(3);
       await v.close();
       running.splice(
         running.findIndex((r) => r.v === v),
         1,
       );
 
-      const again = await testVigil({ backend: 'redis', prefix, overlay: { progress: { mode: 'auto_recover' } } });
+      const again = await testVigil({ backend: 'redis', prefix, overlay: { modes: { mode: 'auto_recover' } } });
       try {
         for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(again, s)).toBe('refuse');
         await again.engine.resume(ROOT, 'tester');

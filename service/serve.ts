@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { createVigil } from '../core/app.ts';
 import { createLogger } from '../core/logger.ts';
+import { createVigil } from '../index.ts';
 import { buildServer } from './server.ts';
 
 export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
@@ -14,7 +14,12 @@ export async function serve(o: { host?: string; port?: number; configFile?: stri
   const app = await buildServer(vigil, { logger: true, version: VERSION, host });
   const address = await app.listen({ host, port });
   logger.info(
-    { address, backend: vigil.store.backend, channels: vigil.notifier.channels().map((c) => c.name) },
+    {
+      address,
+      backend: vigil.store.backend,
+      channels: vigil.notifier.channels().map((c) => c.name),
+      detectors: [...vigil.detectors.keys()],
+    },
     `vigil listening on ${address}`,
   );
   const stop = async (sig: string) => {

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Vigil } from '../core/app.ts';
+import type { Vigil } from '../core/vigil.ts';
 import { normalizeCall } from '../opencode/normalize.ts';
 import { flushPrefix, testPrefix, testVigil } from '../test/helpers/index.ts';
 import { buildServer } from './server.ts';
@@ -133,7 +133,7 @@ describe('service API', () => {
       expect(r.statusCode, url).toBe(400);
       expect(r.json().message).toContain(field);
     }
-    expect(await v.detector.ids()).toEqual([]);
+    expect(await v.engine.sessionRows()).toEqual([]);
   });
 
   it('records watchdog verdicts and heartbeats; the warnings list the flagged session', async () => {
@@ -149,7 +149,9 @@ describe('service API', () => {
         source: 'watchdog',
       },
     });
-    expect(r.json().verdicts).toEqual([{ session: 'ses_w', from: 'ok', to: 'looping', source: 'watchdog' }]);
+    expect(r.json().verdicts).toEqual([
+      { session: 'ses_w', detector: 'no-progress', from: 'ok', to: 'looping', source: 'watchdog' },
+    ]);
     const warnings = (await app.inject({ method: 'GET', url: '/metrics' })).json();
     expect(warnings).toEqual([
       expect.objectContaining({
@@ -174,8 +176,7 @@ describe('service API', () => {
   it('admin routes need the token; knobs are validated, effective at once and persisted', async () => {
     const { app, v } = await service();
     expect(
-      (await app.inject({ method: 'PATCH', url: '/knobs', payload: { progress: { mode: 'auto_recover' } } }))
-        .statusCode,
+      (await app.inject({ method: 'PATCH', url: '/knobs', payload: { modes: { mode: 'auto_recover' } } })).statusCode,
     ).toBe(401);
     expect(
       (await app.inject({ method: 'PATCH', url: '/knobs', headers: { authorization: 'Bearer wrong' }, payload: {} }))
@@ -194,10 +195,10 @@ describe('service API', () => {
       method: 'PATCH',
       url: '/knobs',
       headers: admin,
-      payload: { progress: { mode: 'auto_recover', stall_turns: 30 } },
+      payload: { modes: { mode: 'auto_recover' }, progress: { stall_turns: 30 } },
     });
     expect(ok.statusCode).toBe(200);
-    expect(v.knobs.get<{ mode: string }>('progress').mode).toBe('auto_recover');
+    expect(v.knobs.get<{ mode: string }>('modes').mode).toBe('auto_recover');
     expect((await app.inject({ method: 'GET', url: '/knobs' })).json().progress.stall_turns).toBe(30);
     expect((await app.inject({ method: 'POST', url: '/trees/ses_x/resume', payload: {} })).statusCode).toBe(401);
     expect(
@@ -260,10 +261,10 @@ describe('service API', () => {
         method: 'PATCH',
         url: '/knobs',
         headers: admin,
-        payload: { progress: { mode: 'auto_compact' } },
+        payload: { modes: { mode: 'auto_compact' } },
       });
       const b = await service({ backend: 'redis', prefix });
-      expect(b.v.knobs.get<{ mode: string }>('progress').mode).toBe('auto_compact');
+      expect(b.v.knobs.get<{ mode: string }>('modes').mode).toBe('auto_compact');
     } finally {
       await flushPrefix(prefix);
     }

@@ -1,5 +1,6 @@
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
   hasZodFastifySchemaValidationErrors,
   jsonSchemaTransform,
@@ -7,12 +8,11 @@ import {
   validatorCompiler,
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
-import type { Vigil } from '../core/app.ts';
 import { isAppError } from '../core/errors.ts';
+import type { Vigil } from '../core/vigil.ts';
 import { adminGuard, isLoopback } from './auth.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
-import { breakerRoutes } from './routes/breaker.ts';
 import { gateRoutes } from './routes/gate.ts';
 import { healthRoutes } from './routes/health.ts';
 import { ingestRoutes } from './routes/ingest.ts';
@@ -92,7 +92,30 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   await app.register(alertRoutes(vigil, admin));
   await app.register(adminRoutes(vigil, admin));
   await app.register(gateRoutes(vigil));
-  await app.register(breakerRoutes(vigil, admin));
+  await app.register(pluginRoutes(vigil, admin));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }
+
+/** Routes the detectors contribute (the breaker's readout and Resume), mounted with their own schemas. */
+const pluginRoutes =
+  (vigil: Vigil, admin: ReturnType<typeof adminGuard>): FastifyPluginAsyncZod =>
+  async (app) => {
+    for (const d of vigil.engine.detectors()) {
+      for (const r of d.routes?.() ?? []) {
+        app.route({
+          method: r.method,
+          url: r.url,
+          ...(r.admin ? { preHandler: admin } : {}),
+          schema: {
+            summary: r.summary,
+            tags: [d.type],
+            ...(r.params ? { params: r.params } : {}),
+            ...(r.querystring ? { querystring: r.querystring } : {}),
+            ...(r.body ? { body: r.body } : {}),
+          },
+          handler: (req) => r.handler({ params: req.params, query: req.query, body: req.body }),
+        });
+      }
+    }
+  };

@@ -1,9 +1,13 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Vigil } from '../core/app.ts';
-import { ProgressEventSchema, RequestRecordSchema } from '../core/wire.ts';
-import { GateQuerySchema } from '../service/routes/gate.ts';
-import { ExternalVerdictSchema, HeartbeatSchema } from '../service/routes/ingest.ts';
+import type { Vigil } from '../core/vigil.ts';
+import {
+  ExternalVerdictSchema,
+  GateQuerySchema,
+  HeartbeatSchema,
+  ProgressEventSchema,
+  RequestRecordSchema,
+} from '../core/wire.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { testVigil } from './helpers/index.ts';
 
@@ -128,7 +132,7 @@ describe.each(Object.keys(VALID))('malformed bodies to POST %s', (url) => {
       { numRuns: 10_000, seed: 4242 },
     );
     expect(checked).toBeGreaterThan(9_000);
-    expect(await vigil.detector.ids()).toEqual([]);
+    expect(await vigil.engine.sessionRows()).toEqual([]);
     expect(await vigil.store.keys('ses')).toEqual([]);
     expect(await vigil.store.keys('meta:')).toEqual([]);
   }, 120_000);

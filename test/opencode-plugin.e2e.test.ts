@@ -17,7 +17,7 @@ const ROOT = join(import.meta.dirname, '..');
 const FIX = join(ROOT, 'test', 'fixtures', 'opencode-e2e');
 
 // Small but realistic thresholds: a loop is flagged after a couple of dozen calls.
-const THRESHOLDS = `
+const THRESHOLDS = `progress:
   window: 30
   dup_min_events: 10
   stall_turns: 10
@@ -29,7 +29,7 @@ const THRESHOLDS = `
 `;
 // Memory backend and no channels: nothing shared with other test runs, no desktop popups.
 const overlay = (mode: string) =>
-  `store:\n  backend: memory\nprogress:\n  mode: ${mode}${THRESHOLDS}notifications:\n  channels: []\n`;
+  `store:\n  backend: memory\nmodes:\n  mode: ${mode}\n${THRESHOLDS}notifications:\n  channels: []\n`;
 
 let lab: OpencodeLab | undefined;
 let tmp = '';

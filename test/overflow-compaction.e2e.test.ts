@@ -1,9 +1,9 @@
 import { Readable } from 'node:stream';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Vigil } from '../core/app.ts';
-import { emptyTree } from '../modes/contracts.ts';
-import { estimateTokens, vigilGate } from '../service/router-plugin.ts';
+import { emptyTree } from '../core/contracts.ts';
+import type { Vigil } from '../core/vigil.ts';
+import { estimateTokens, vigilGate } from '../service/router.ts';
 import { http, until } from './fixtures/opencode-e2e/procs.ts';
 import { testVigil } from './helpers/index.ts';
 import { type OpencodeLab, startOpencode } from './helpers/opencode.ts';

@@ -2,9 +2,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Vigil } from '../core/app.ts';
+import type { Vigil } from '../core/vigil.ts';
 import { normalizeCall } from '../opencode/normalize.ts';
-import { vigilGate } from '../service/router-plugin.ts';
+import { vigilGate } from '../service/router.ts';
 import { testVigil } from './helpers/index.ts';
 
 // A small fastify "router" embeds the Vigil plugin and proxies model requests to a fake
@@ -40,7 +40,7 @@ beforeAll(async () => {
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
   upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
 
-  vigil = await testVigil({ backend: 'memory', overlay: { progress: { mode: 'auto_recover' } } });
+  vigil = await testVigil({ backend: 'memory', overlay: { modes: { mode: 'auto_recover' } } });
   await router.register(vigilGate, { vigil });
   router.post('/v1/chat/completions', async (req, reply) => {
     const r = await fetch(`${upstreamUrl}/v1/chat/completions`, {

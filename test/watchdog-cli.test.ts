@@ -1,7 +1,7 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Vigil } from '../core/app.ts';
+import type { Vigil } from '../core/vigil.ts';
 import { readState } from '../opencode/watchdog/state.ts';
 import { buildServer } from '../service/server.ts';
 import { type Proc, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';

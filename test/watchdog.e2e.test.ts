@@ -2,8 +2,9 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRegistry } from '../builtins.ts';
-import type { Vigil } from '../core/app.ts';
 import { loadConfig } from '../core/config.ts';
+import type { Vigil } from '../core/vigil.ts';
+import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
 import { readState } from '../opencode/watchdog/state.ts';
 import { runTick } from '../opencode/watchdog/tick.ts';
 import { buildServer } from '../service/server.ts';
@@ -169,7 +170,7 @@ describe('the watchdog against opencode 1.18.33', () => {
     const row = (await rows()).find((x) => x.session === loop);
     expect(row).toMatchObject({ verdict: 'looping', source: 'watchdog', agent: 'build' });
     expect((await rows()).find((x) => x.session === healthy)).toBeUndefined();
-    expect((await vigil.detector.meta(loop))?.external).toMatchObject({
+    expect(await vigil.detector<NoProgressDetector>('no-progress').externalVerdict(loop)).toMatchObject({
       source: 'watchdog',
       level: 'looping',
       second_opinion: { model: 'fake-llm', looping: true },

@@ -1,7 +1,7 @@
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Vigil } from '../../core/app.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import { eventually, fakeNotifySend, tempDir, testVigil } from '../../test/helpers/index.ts';
 import { busEnv } from './desktop.channel.ts';
 

@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import type { Alert, AlertInput } from '../../core/alert.ts';
-import type { Vigil } from '../../core/app.ts';
 import { ConfigError, loadConfig } from '../../core/config.ts';
 import type { DeliveryRecord } from '../../core/notifier/delivery-log.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import { eventually, testVigil } from '../../test/helpers/index.ts';
 import {
   captureLogger,

@@ -5,9 +5,10 @@ import { Webhook } from 'standardwebhooks';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import type { Alert, AlertInput } from '../../core/alert.ts';
-import { createVigil, type Vigil } from '../../core/app.ts';
 import { ConfigError, loadConfig } from '../../core/config.ts';
 import type { DeliveryRecord } from '../../core/notifier/delivery-log.ts';
+import type { Vigil } from '../../core/vigil.ts';
+import { createVigil } from '../../index.ts';
 import { eventually, tempDir, testVigil } from '../../test/helpers/index.ts';
 import {
   captureLogger,

@@ -8,8 +8,8 @@ import {
   testPrefix,
   testVigil,
 } from '../../test/helpers/index.ts';
-import type { Vigil } from '../app.ts';
 import { FakeClock } from '../clock.ts';
+import type { Vigil } from '../vigil.ts';
 
 const running: { v: Vigil; prefix?: string }[] = [];
 afterEach(async () => {

@@ -1,11 +1,13 @@
+import { z } from 'zod';
+import type { AlertInput } from '../../core/alert.ts';
 import type { Clock } from '../../core/clock.ts';
-import type { ModelBreaker } from '../../core/engine.ts';
+import type { Detector, GateContext, GateVote, Panel, PluginRoute, Transition } from '../../core/contracts.ts';
 import { AppError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
-import type { Notifier } from '../../core/notifier/notifier.ts';
+import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
-import type { RequestRecord } from '../../core/wire.ts';
-import type { VerdictTransition } from '../no-progress/no-progress.detector.ts';
+import type { SessionTree } from '../../core/tree.ts';
+import { ModelSchema, type RequestRecord } from '../../core/wire.ts';
 import {
   type BreakerAction,
   type BreakerEvent,
@@ -23,24 +25,12 @@ import {
 } from './breaker.judge.ts';
 import type { BreakerOptions } from './breaker.options.ts';
 
-// The store-backed shell around the pure decisions of breaker.judge.ts. State layout
-// (every value JSON, every write a store.update compare-and-set, so instances agree):
-//   breaker:models          model -> last request seen (the index of models)
-//   breaker:served:<model>  session -> its latest request from that model, in the window
-//   breaker:stalls          session -> stall mark (level, when, reason, attributed models)
-//   breaker:trip:<model>    routing skip, cooldown, backoff level, the latest comparison
-//   breaker:evidence        list, newest first: the trips
-//   breaker:held            list, newest first: comparisons that held a model back
-// Held comparisons have their own list so they never push a trip's record out.
-// Per-model served keys keep the per-request write small and uncontended; stall
-// transitions are rare, so one key holds them all.
+import { EVIDENCE, HELD, INDEX, STALLS, servedKey, tripKey } from './keys.ts';
 
-const INDEX = 'breaker:models';
-const STALLS = 'breaker:stalls';
-const EVIDENCE = 'breaker:evidence';
-const HELD = 'breaker:held';
-const servedKey = (model: string) => `breaker:served:${model}`;
-const tripKey = (model: string) => `breaker:trip:${model}`;
+// The store-backed shell around the pure decisions of breaker.judge.ts (keys in keys.ts).
+
+export const TYPE = 'behavior-breaker';
+const NONE: readonly Transition[] = Object.freeze([]);
 
 /** Models unseen this long leave the index (and GET /breaker). */
 const MODEL_RETAIN_MS = 7 * 86_400_000;
@@ -75,15 +65,36 @@ export interface BreakerView {
   held: Evidence[];
 }
 
-export class BehaviorBreaker implements ModelBreaker {
-  private readonly seen = new Map<string, number>();
-  private readonly indexed = new Map<string, number>();
+/** A breaker alert as the kernel takes it: a transition on the model. */
+export function toTransition(model: string, a: AlertInput): Transition {
+  const trip = a.state !== 'resolve';
+  return {
+    detector: TYPE,
+    subject: { kind: 'model', id: model },
+    from: trip ? 'ok' : 'looping',
+    to: trip ? 'looping' : 'ok',
+    rule: trip ? 'stall_rate' : null,
+    reason: a.summary,
+    source: TYPE,
+    severity: a.severity,
+    dedup_key: a.dedup_key,
+    title: a.title,
+    ...(a.details ? { report: a.details } : {}),
+  };
+}
+
+export class BehaviorBreaker implements Detector {
+  readonly type = TYPE;
+  private readonly seen = new Lru<string, number>(SEEN_CACHE);
+  private readonly indexed = new Lru<string, number>(MAX_MODELS);
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly logger: Logger,
-    private readonly notifier: Pick<Notifier, 'notify'>,
+    private readonly tree: Pick<SessionTree, 'meta'>,
+    /** Transitions outside an input (a release noticed by the gate or a readout). */
+    private readonly emit: (ts: readonly Transition[]) => Promise<void>,
     readonly knobs: () => BreakerOptions,
   ) {}
 
@@ -93,69 +104,87 @@ export class BehaviorBreaker implements ModelBreaker {
    * sending many requests per session costs one store write per minute, not per request.
    * Time is the injected clock, like the verdicts it is compared with.
    */
-  async onRequest(r: RequestRecord): Promise<void> {
+  onRequest(r: RequestRecord): readonly Transition[] | Promise<readonly Transition[]> {
     const k = this.knobs();
     const now = this.clock.now();
     const refresh = Math.max(1_000, Math.floor(k.window / 60));
     const pair = `${r.model}\n${r.session_id}`;
-    const last = this.seen.get(pair);
-    if (last !== undefined && now >= last && now - last < refresh) return;
+    const last = this.seen.peek(pair);
+    if (last !== undefined && now >= last && now - last < refresh) return NONE;
+    return this.recordServed(r, k, now, refresh, pair);
+  }
+
+  private async recordServed(
+    r: RequestRecord,
+    k: BreakerOptions,
+    now: number,
+    refresh: number,
+    pair: string,
+  ): Promise<readonly Transition[]> {
     await this.store.update<Served, undefined>(servedKey(r.model), (cur) => ({
       value: recordServed(cur, r.session_id, k, now),
       result: undefined,
       ttlMs: k.window,
     }));
-    remember(this.seen, pair, now, SEEN_CACHE);
-    const idx = this.indexed.get(r.model);
+    this.seen.set(pair, now);
+    const idx = this.indexed.peek(r.model);
     if (idx === undefined || now < idx || now - idx >= refresh) {
       await this.store.update<Dict<number>, undefined>(INDEX, (cur) => ({
         value: indexWith(cur, r.model, now),
         result: undefined,
       }));
-      remember(this.indexed, r.model, now, MAX_MODELS);
+      this.indexed.set(r.model, now);
     }
+    return NONE;
   }
 
   /**
-   * A verdict transition: a stall (to stalling or looping) is attributed to the models
-   * that served the session within the window (by this breaker's own request records;
-   * `models` from the session's meta are included as candidates), and each model that
-   * gained this session as evidence is judged.
+   * Another detector's transition on a session: a stall (to stalling or looping) is
+   * attributed to the models that served the session within the window (by this
+   * breaker's own request records; the session's models from the tree are included as
+   * candidates), and each model that gained this session as evidence is judged.
    */
-  async onVerdict(t: VerdictTransition, models: readonly string[]): Promise<void> {
-    if (t.to === 'ok') return;
+  async onTransition(t: Transition): Promise<readonly Transition[]> {
+    if (t.subject.kind !== 'session' || t.to === 'ok') return NONE;
+    const session = t.subject.id;
+    const models = (await this.tree.meta(session))?.models ?? [];
     const k = this.knobs();
     const now = this.clock.now();
     const served = await this.servedOf(models);
     const from = now - k.window;
     const attributed = Object.keys(served)
-      .filter((m) => (own(served[m], t.session_id) ?? Number.NEGATIVE_INFINITY) >= from)
+      .filter((m) => (own(served[m], session) ?? Number.NEGATIVE_INFINITY) >= from)
       .sort();
     if (!attributed.length) {
-      this.logger.debug({ session: t.session_id, models }, 'breaker: stall with no model in the window');
-      return;
+      this.logger.debug({ session, models }, 'breaker: stall with no model in the window');
+      return NONE;
     }
     const { stalls, fresh } = await this.store.update<Stalls, { stalls: Stalls; fresh: string[] }>(STALLS, (cur) => {
       const r = recordStall(
         cur,
-        t.session_id,
-        { level: t.to as 'stalling' | 'looping', source: t.source, reason: t.verdict.reason, models: attributed },
+        session,
+        { level: t.to as 'stalling' | 'looping', source: t.source, reason: t.reason, models: attributed },
         k,
         now,
       );
       return { value: r.stalls, result: r, ttlMs: k.window };
     });
-    if (!k.enabled) return;
-    for (const m of fresh) await this.apply(m, { type: 'stall', snapshot: { served, stalls } });
+    const out: Transition[] = [];
+    for (const m of fresh) out.push(...(await this.apply(m, { type: 'stall', snapshot: { served, stalls } })).out);
+    return out;
+  }
+
+  /** The gate's routing skip for the request's model. */
+  async gate(g: GateContext): Promise<GateVote | undefined> {
+    return g.query.model && (await this.isTripped(g.query.model)) ? { model_tripped: true } : undefined;
   }
 
   /** The routing skip. An ended cooldown is released here (lazily, with its resolve alert). */
   async isTripped(model: string): Promise<boolean> {
-    if (!this.knobs().enabled) return false;
     const s = await this.store.get<TripState>(tripKey(model));
     if (!s?.tripped) return false;
     if ((s.until ?? 0) > this.clock.now()) return true;
-    return (await this.apply(model, { type: 'tick' })).tripped;
+    return (await this.applyNow(model, { type: 'tick' })).tripped;
   }
 
   /** Admin Resume: ends the skip now (the backoff level is kept, so a quick re-trip still backs off). */
@@ -163,7 +192,7 @@ export class BehaviorBreaker implements ModelBreaker {
     const cur = await this.store.get<TripState>(tripKey(model));
     if (!cur) throw new AppError('NOT_FOUND', `model "${model}" has no breaker state (never judged)`);
     const wasTripped = cur.tripped && (cur.until ?? 0) > this.clock.now();
-    await this.apply(model, { type: 'resume', by });
+    await this.applyNow(model, { type: 'resume', by });
     const view = await this.view(0, [model]);
     return { resumed: wasTripped, model: view.models[0] };
   }
@@ -179,7 +208,7 @@ export class BehaviorBreaker implements ModelBreaker {
     const rows: BreakerModelView[] = [];
     for (const m of models) {
       let s = await this.store.get<TripState>(tripKey(m));
-      if (s?.tripped && (s.until ?? 0) <= now) s = await this.apply(m, { type: 'tick' });
+      if (s?.tripped && (s.until ?? 0) <= now) s = await this.applyNow(m, { type: 'tick' });
       const sessions = new Set<string>();
       for (const [id, t] of Object.entries(own(served, m) ?? {})) if (t >= from) sessions.add(id);
       let stalled = 0;
@@ -222,8 +251,15 @@ export class BehaviorBreaker implements ModelBreaker {
     return out;
   }
 
+  /** apply(), with its transitions handled now (a release noticed outside an input). */
+  private async applyNow(model: string, ev: BreakerEvent): Promise<TripState> {
+    const r = await this.apply(model, ev);
+    if (r.out.length) await this.emit(r.out);
+    return r.state;
+  }
+
   /** One compare-and-set step of the pure decision, then its actions (after the write, once). */
-  private async apply(model: string, ev: BreakerEvent): Promise<TripState> {
+  private async apply(model: string, ev: BreakerEvent): Promise<{ state: TripState; out: Transition[] }> {
     const k = this.knobs();
     const now = this.clock.now();
     const r = await this.store.update<TripState, { state: TripState; actions: BreakerAction[] }>(
@@ -236,12 +272,16 @@ export class BehaviorBreaker implements ModelBreaker {
         return { value: d.state, result: d, ttlMs };
       },
     );
-    for (const a of r.actions) await this.act(a, k.evidence_kept);
-    return r.state;
+    const out: Transition[] = [];
+    for (const a of r.actions) {
+      if (a.type === 'alert') out.push(toTransition(model, a.alert));
+      else await this.record(a, k.evidence_kept);
+    }
+    return { state: r.state, out };
   }
 
-  private async act(a: BreakerAction, kept: number): Promise<void> {
-    if (a.type === 'evidence') {
+  private async record(a: Extract<BreakerAction, { type: 'evidence' }>, kept: number): Promise<void> {
+    {
       const e = a.evidence;
       this.logger.info(
         {
@@ -255,18 +295,64 @@ export class BehaviorBreaker implements ModelBreaker {
         `breaker ${e.decision} ${e.model}: ${e.note}`,
       );
       await this.store.pushCapped(e.decision === 'tripped' ? EVIDENCE : HELD, e, kept);
-      return;
     }
-    await this.notifier.notify(a.alert).catch((err) => {
-      this.logger.error({ err: (err as Error).message, dedup_key: a.alert.dedup_key }, 'breaker alert failed');
-    });
   }
-}
 
-function remember(m: Map<string, number>, key: string, now: number, cap: number): void {
-  m.delete(key); // re-inserted last: Map order is recency order
-  m.set(key, now);
-  if (m.size > cap) m.delete(m.keys().next().value as string);
+  async health(): Promise<Record<string, unknown>> {
+    const v = await this.view(0);
+    return { enabled: v.enabled, tripped_models: v.models.filter((m) => m.tripped).map((m) => m.model) };
+  }
+
+  /** The models table for the admin page. */
+  async panels(): Promise<Panel[]> {
+    const v = await this.view(0);
+    return [
+      {
+        title: 'Behavior breaker: models',
+        columns: [
+          { key: 'model', label: 'model' },
+          { key: 'tripped', label: 'tripped' },
+          { key: 'until', label: 'until' },
+          { key: 'served_sessions', label: 'sessions' },
+          { key: 'stalled_sessions', label: 'stalled' },
+          { key: 'trips', label: 'trips' },
+          { key: 'note', label: 'latest comparison' },
+        ],
+        rows: v.models.map((m) => ({
+          model: m.model,
+          tripped: m.tripped,
+          until: m.until ? new Date(m.until).toISOString() : null,
+          served_sessions: m.served_sessions,
+          stalled_sessions: m.stalled_sessions,
+          trips: m.trips,
+          note: m.last_check?.note ?? null,
+        })),
+      },
+    ];
+  }
+
+  /** GET /breaker and the admin Resume. A model id has slashes: the path segment carries it URL-encoded. */
+  routes(): PluginRoute[] {
+    return [
+      {
+        method: 'GET',
+        url: '/breaker',
+        summary: 'Behavior breaker: every model (tripped, cooldown, backoff, latest comparison) and recent evidence',
+        querystring: z.strictObject({ limit: z.coerce.number().int().min(0).max(10_000).default(50) }),
+        handler: (req) => this.view(req.query.limit),
+      },
+      {
+        method: 'POST',
+        url: '/breaker/:model/resume',
+        admin: true,
+        summary: 'Resume a tripped model now (its routing skip ends; the model id URL-encoded)',
+        params: z.strictObject({ model: ModelSchema }),
+        // A bodyless POST arrives as null.
+        body: z.strictObject({ by: z.string().min(1).max(64).default('admin') }).nullish(),
+        handler: (req) => this.resume(req.params.model, req.body?.by ?? 'admin'),
+      },
+    ];
+  }
 }
 
 /** The model index: stamp `model`, drop models unseen for a week, keep the newest MAX_MODELS. */

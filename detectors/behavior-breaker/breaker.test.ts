@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
-import type { Vigil } from '../../core/app.ts';
 import { FakeClock } from '../../core/clock.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import { buildServer } from '../../service/server.ts';
 import {
   type Behaviour,

@@ -1,27 +1,25 @@
 import type { Clock } from '../../core/clock.ts';
-import type { Knobs } from '../../core/knobs.ts';
-import type { Logger } from '../../core/logger.ts';
-import type { DetectorPlugin } from '../../core/registry.ts';
+import type { DetectorPlugin } from '../../core/contracts.ts';
+import { definePlugin } from '../../core/registry.ts';
 import type { Store } from '../../core/store/store.ts';
 import { TOKENS } from '../../core/tokens.ts';
+import type { SessionTree } from '../../core/tree.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from './knobs.ts';
-import { NoProgressDetector } from './no-progress.detector.ts';
+import { NoProgressDetector, TYPE } from './no-progress.detector.ts';
 
 /** The no-progress detector: its knobs are the `progress` section (live through Knobs). */
-export const noProgressPlugin: DetectorPlugin<NoProgressKnobs, NoProgressDetector> = {
+export const noProgressPlugin = definePlugin<DetectorPlugin<NoProgressKnobs>>({
   kind: 'detector',
-  type: 'no-progress',
+  type: TYPE,
   section: 'progress',
   options: NoProgressKnobsSchema,
-  create(c) {
-    const knobs = c.resolve<Knobs>(TOKENS.Knobs);
-    return new NoProgressDetector(
+  create: (c, knobs) =>
+    new NoProgressDetector(
       c.resolve<Store>(TOKENS.Store),
       c.resolve<Clock>(TOKENS.Clock),
-      c.resolve<Logger>(TOKENS.Logger),
-      () => knobs.get<NoProgressKnobs>('progress'),
-    );
-  },
-};
+      c.resolve<SessionTree>(TOKENS.Tree),
+      knobs,
+    ),
+});
 
-export { NoProgressKnobsSchema };
+export { NoProgressDetector, NoProgressKnobsSchema };

@@ -8,6 +8,8 @@
 //   judge/reason.ts   one-line reasons and named targets
 //   judge/codec.ts    the compact binary form the Redis backend stores
 //   judge/tracker.ts  the in-memory multi-session driver (replay, watchdog, bench)
+
+export { ancestorsOf } from '../../core/tree.ts';
 export { decodeState, encodeState } from './judge/codec.ts';
 export { topTargets } from './judge/reason.ts';
 export { verdictOf } from './judge/rules.ts';
@@ -23,6 +25,6 @@ export {
   type RollUp,
   SessionState,
 } from './judge/state.ts';
-export { ancestorsOf, applyRollUps, Tracker, type VerdictChange } from './judge/tracker.ts';
+export { applyRollUps, Tracker, type VerdictChange } from './judge/tracker.ts';
 export { judge, onProgress, onRequest, onRollup, rollUpOf } from './judge/update.ts';
 export { compactWindow, targetHash } from './judge/window.ts';

@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { defaultKnobs, NoProgressKnobsSchema } from './knobs.ts';
 
 describe('no-progress knobs', () => {
-  it('defaults to the prototype thresholds and warn mode', () => {
+  it('defaults to the prototype thresholds and on', () => {
     expect(defaultKnobs()).toMatchObject({
-      mode: 'warn',
+      enabled: true,
       window: 60,
       dup_warn: 0.25,
       top_warn: 12,

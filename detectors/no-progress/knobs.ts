@@ -15,9 +15,8 @@ export const DEFAULT_READ_ONLY_AGENTS = ['explore', 'librarian', 'oracle', 'meti
 
 export const NoProgressKnobsSchema = z
   .strictObject({
-    /** What a detection does; every mode warns. The modes themselves live in modes/. */
-    mode: z.enum(['warn', 'auto_compact', 'auto_limit_context', 'auto_recover']).default('warn'),
-
+    /** Off: the detector judges nothing and its sessions keep their last verdict. */
+    enabled: z.boolean().default(true),
     /** Tool calls in the rolling window per session. A change applies to sessions seen afterwards. */
     window: z.number().int().min(10).max(1_000).default(60),
     /** Below this many calls in the window, dup_share counts as 0 (3 calls with 2 dups is not a loop). */

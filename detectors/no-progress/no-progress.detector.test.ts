@@ -1,9 +1,12 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import type { Vigil } from '../../core/app.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
 import { flushPrefix, testPrefix, testVigil } from '../../test/helpers/index.ts';
 import { type JudgeInput, Tracker } from './judge.ts';
 import { defaultKnobs } from './knobs.ts';
+import type { NoProgressDetector } from './no-progress.detector.ts';
+
+const np = (v: Vigil) => v.detector<NoProgressDetector>('no-progress');
 
 // The service's store-backed shell must agree with the in-memory Tracker (replay, the
 // watchdog) on every calibration session, on both backends, and two instances sharing
@@ -33,9 +36,13 @@ async function feed(vs: Vigil[], inputs: readonly JudgeInput[]) {
   for (const i of inputs) {
     const v = vs[n++ % vs.length];
     const changes =
-      i.type === 'progress' ? await v.detector.ingest(i) : i.type === 'request' ? await v.detector.ingest(i) : [];
+      i.type === 'progress'
+        ? await v.engine.progress([i.event])
+        : i.type === 'request'
+          ? await v.engine.requests([i.record])
+          : [];
     for (const c of changes)
-      if (rank[c.to] > rank[(worst.get(c.session_id) ?? 'ok') as 'ok']) worst.set(c.session_id, c.to);
+      if (rank[c.to] > rank[(worst.get(c.subject.id) ?? 'ok') as 'ok']) worst.set(c.subject.id, c.to);
   }
   return worst;
 }
@@ -58,7 +65,7 @@ describe('no-progress detector (store-backed) agrees with the Tracker', () => {
         const got = await feed([v], cal.inputs);
         for (const id of sessions) {
           expect(got.get(id) ?? 'ok', id).toBe(worst.get(id) ?? 'ok');
-          expect((await v.detector.effective(id)).level, id).toBe(t.verdict(id)?.level ?? 'ok');
+          expect((await np(v).effective(id)).level, id).toBe(t.verdict(id)?.level ?? 'ok');
         }
       } finally {
         await v.close();
@@ -82,7 +89,7 @@ describe('no-progress detector (store-backed) agrees with the Tracker', () => {
       const got = await feed([a, b], inputs);
       for (const id of pick) {
         expect(got.get(id) ?? 'ok', id).toBe(one.worst.get(id) ?? 'ok');
-        expect((await b.detector.effective(id)).level, id).toBe(one.t.verdict(id)?.level ?? 'ok');
+        expect((await np(b).effective(id)).level, id).toBe(one.t.verdict(id)?.level ?? 'ok');
       }
     } finally {
       await a.close();

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { ModePlugin } from '../../core/registry.ts';
-import { toast, warnDecision } from '../common.ts';
-import type { Mode } from '../contracts.ts';
+import type { Mode, ModePlugin } from '../../core/contracts.ts';
+import { definePlugin } from '../../core/registry.ts';
+import { startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
 export const AutoCompactOptionsSchema = z.strictObject({
   /** Continue the session after the compaction (opencode summarize with auto). */
@@ -15,7 +15,7 @@ export function autoCompactMode(o: AutoCompactOptions): Mode {
     type: 'auto_compact',
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
-      if (ev.type === 'verdict' && ev.to === 'looping' && ev.from !== 'looping') {
+      if (startsActing(ev)) {
         d.directives.push({
           type: 'compact',
           session_id: ev.session_id,
@@ -29,12 +29,13 @@ export function autoCompactMode(o: AutoCompactOptions): Mode {
       }
       return d;
     },
+    gate: (tree, session, now) => treeGate(tree, session, now),
   };
 }
 
-export const autoCompactPlugin: ModePlugin<AutoCompactOptions, Mode> = {
+export const autoCompactPlugin = definePlugin<ModePlugin<AutoCompactOptions>>({
   kind: 'mode',
   type: 'auto_compact',
   options: AutoCompactOptionsSchema,
   create: (_c, o) => autoCompactMode(o),
-};
+});

@@ -1,8 +1,8 @@
 import { z } from 'zod';
+import type { Mode, ModePlugin, TreeState } from '../../core/contracts.ts';
 import { duration } from '../../core/duration.ts';
-import type { ModePlugin } from '../../core/registry.ts';
-import { toast, warnDecision } from '../common.ts';
-import type { Mode, TreeState } from '../contracts.ts';
+import { definePlugin } from '../../core/registry.ts';
+import { settle, startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
 export const AutoLimitContextOptionsSchema = z.strictObject({
   /**
@@ -40,8 +40,8 @@ export function autoLimitContextMode(o: AutoLimitContextOptions): Mode {
     type: 'auto_limit_context',
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
-      if (ev.type === 'resume') return { ...d, tree: { ...d.tree, limits: {} } };
-      if (ev.type === 'verdict' && ev.to === 'looping' && ev.from !== 'looping') {
+      if (ev.type === 'resume') return settle({ ...d, tree: { ...d.tree, limits: {} } }, `resumed by ${ev.by}`);
+      if (startsActing(ev)) {
         d.tree = applyCap(d.tree, ev.session_id, o, now);
         d.directives.push(
           toast(
@@ -54,12 +54,13 @@ export function autoLimitContextMode(o: AutoLimitContextOptions): Mode {
       }
       return d;
     },
+    gate: (tree, session, now) => treeGate(tree, session, now),
   };
 }
 
-export const autoLimitContextPlugin: ModePlugin<AutoLimitContextOptions, Mode> = {
+export const autoLimitContextPlugin = definePlugin<ModePlugin<AutoLimitContextOptions>>({
   kind: 'mode',
   type: 'auto_limit_context',
   options: AutoLimitContextOptionsSchema,
   create: (_c, o) => autoLimitContextMode(o),
-};
+});

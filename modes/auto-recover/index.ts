@@ -1,10 +1,10 @@
 import { z } from 'zod';
+import type { Decision, Mode, ModePlugin, TreeState } from '../../core/contracts.ts';
 import { duration } from '../../core/duration.ts';
-import type { ModePlugin } from '../../core/registry.ts';
+import { definePlugin } from '../../core/registry.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap } from '../auto-limit-context/index.ts';
-import { resolveAlert, toast, treeIsQuiet, warnDecision } from '../common.ts';
-import type { Decision, Mode, ModeEvent, TreeState } from '../contracts.ts';
+import { settle, sourceOf, startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
 export const AutoRecoverOptionsSchema = z.strictObject({
   /** A detection within this long of the tree's last recovery is the next stage. */
@@ -21,7 +21,7 @@ export const AutoRecoverOptionsSchema = z.strictObject({
 export type AutoRecoverOptions = z.output<typeof AutoRecoverOptionsSchema>;
 
 /**
- * auto_recover (seed 000 section 5). Stage 1, the first detection in a tree: refuse the
+ * auto_recover. Stage 1, the first detection in a tree: refuse the
  * stuck conversation (scoped 429), have the plugin abort it and the tree's root, compact
  * the root with the incident report in the compaction prompt (it continues from there),
  * lift the refusal when the compaction is done. Stage 2, again within recover_window:
@@ -52,8 +52,7 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
           };
           d.directives.push({ type: 'lift', session_id: t.root, reason: `resumed by ${ev.by}` });
           d.directives.push(toast(t.root, 'Vigil: resumed', `tree ${t.root} resumed by ${ev.by}`, 'info'));
-          if (treeIsQuiet(d.tree)) d.alerts.push(resolveAlert(t.root, `resumed by ${ev.by}`));
-          return d;
+          return settle(d, `resumed by ${ev.by}`);
         }
         case 'compaction_done': {
           if (!t.awaiting_compaction || t.stage === 3) return d;
@@ -76,20 +75,25 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
               state: 'trigger',
               title: `recovery of ${t.root} unconfirmed`,
               summary: 'the opencode plugin did not report the compaction; the refusal was lifted anyway',
-              source: 'no-progress',
+              source: 'auto_recover',
             });
             return r;
           }
           return d;
         }
         case 'verdict': {
-          if (ev.to !== 'looping' || ev.from === 'looping' || t.stage === 3) return d;
+          if (!startsActing(ev) || t.stage === 3) return d;
           // Still recovering from this very detection: not a new one.
           if (t.awaiting_compaction && (t.refused[ev.session_id] || ev.session_id === t.awaiting_compaction.session))
             return d;
           if (t.recoveries.length >= o.max_recoveries) {
             const reason = `hard stop: looping again after ${t.recoveries.length} recoveries; waiting for Resume`;
-            d.tree = { ...t, stage: 3, refuse_all: { reason, since: now }, awaiting_compaction: undefined };
+            d.tree = {
+              ...t,
+              stage: 3,
+              refuse_all: { reason, since: now, dedup_key: ev.dedup_key },
+              awaiting_compaction: undefined,
+            };
             d.directives.push({ type: 'abort', session_id: ev.session_id, reason });
             if (t.root !== ev.session_id) d.directives.push({ type: 'abort', session_id: t.root, reason });
             d.directives.push(
@@ -97,13 +101,13 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
             );
             d.alerts = [
               {
-                dedup_key: t.root,
+                dedup_key: ev.dedup_key,
                 severity: 'critical',
                 state: 'trigger',
                 title: `hard stop: ${ev.agent ?? 'agent'} (${ev.session_id})`,
                 summary: `${reason}. ${ev.reason}`.slice(0, 1024),
                 details: ev.report,
-                source: 'no-progress',
+                source: sourceOf(ev),
               },
             ];
             return d;
@@ -143,6 +147,9 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
       }
       return d;
     },
+    gate: (tree, session, now) => treeGate(tree, session, now, o),
+    due: (tree, now) =>
+      tree.awaiting_compaction !== undefined && now - tree.awaiting_compaction.since >= o.compaction_timeout,
   };
 }
 
@@ -151,10 +158,10 @@ function lift(d: Decision, t: TreeState, why: string): Decision {
   d.tree = { ...t, refused: {}, awaiting_compaction: undefined };
   for (const s of lifted) d.directives.push({ type: 'lift', session_id: s, reason: why });
   if (!lifted.length) d.directives.push({ type: 'lift', session_id: t.root, reason: why });
-  return d;
+  return settle(d, why);
 }
 
-export const autoRecoverPlugin: ModePlugin<AutoRecoverOptions, Mode> = {
+export const autoRecoverPlugin = definePlugin<ModePlugin<AutoRecoverOptions>>({
   kind: 'mode',
   type: 'auto_recover',
   options: AutoRecoverOptionsSchema,
@@ -165,6 +172,4 @@ export const autoRecoverPlugin: ModePlugin<AutoRecoverOptions, Mode> = {
     );
     return autoRecoverMode(o, cap);
   },
-};
-
-export type { ModeEvent };
+});

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { ModePlugin } from '../../core/registry.ts';
-import { warnDecision } from '../common.ts';
-import type { Mode } from '../contracts.ts';
+import type { Mode, ModePlugin } from '../../core/contracts.ts';
+import { definePlugin } from '../../core/registry.ts';
+import { treeGate, warnDecision } from '../common.ts';
 
 export const WarnOptionsSchema = z.strictObject({
   /** Severity of a looping tree in warn mode: nothing acts on it, so a person should. */
@@ -11,12 +11,17 @@ export type WarnOptions = z.output<typeof WarnOptionsSchema>;
 
 /** warn: warnings only (a /metrics warning, a toast, an alert). The neutral default. */
 export function warnMode(o: WarnOptions): Mode {
-  return { type: 'warn', decide: (tree, ev, now) => warnDecision(tree, ev, now, o.looping_severity) };
+  return {
+    type: 'warn',
+    decide: (tree, ev, now) => warnDecision(tree, ev, now, o.looping_severity),
+    // Nothing is refused in warn mode, but a tree stopped under another mode stays stopped.
+    gate: (tree, session, now) => treeGate(tree, session, now),
+  };
 }
 
-export const warnPlugin: ModePlugin<WarnOptions, Mode> = {
+export const warnPlugin = definePlugin<ModePlugin<WarnOptions>>({
   kind: 'mode',
   type: 'warn',
   options: WarnOptionsSchema,
   create: (_c, o) => warnMode(o),
-};
+});

@@ -10,6 +10,11 @@ import { duration } from '../../core/duration.ts';
 const path = () => z.string().min(1).max(4096).nullable().default(null);
 const httpUrl = () => z.url({ protocol: /^https?$/ });
 
+/** `local_compute`: the master switch for local inference (the watchdog's second opinion). */
+export const LocalComputeSchema = z.strictObject({
+  enabled: z.boolean().default(false),
+});
+
 export const WatchdogSchema = z.strictObject({
   /** Off: `vigil watchdog tick` exits at once without reading anything. */
   enabled: z.boolean().default(true),

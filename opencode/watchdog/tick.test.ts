@@ -2,8 +2,9 @@ import { copyFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
-import type { Vigil } from '../../core/app.ts';
 import { loadConfig } from '../../core/config.ts';
+import type { Vigil } from '../../core/vigil.ts';
+import type { NoProgressDetector } from '../../detectors/no-progress/no-progress.detector.ts';
 import { buildServer } from '../../service/server.ts';
 import {
   type Behaviour,
@@ -162,7 +163,7 @@ describe('watchdog tick', () => {
     const row = (await rows()).find((x) => x.session === LOOP);
     expect(row).toMatchObject({ verdict: 'looping', source: 'watchdog' });
     expect((await rows()).find((x) => x.session === HEALTHY)).toBeUndefined();
-    expect((await vigil.detector.meta(LOOP))?.external?.second_opinion).toEqual({
+    expect((await vigil.detector<NoProgressDetector>('no-progress').externalVerdict(LOOP))?.second_opinion).toEqual({
       model: 'fake-llm',
       looping: true,
       reason: 'docs/spec.md is read 30 times and nothing lands.',

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { SeveritySchema } from '../../core/alert.ts';
-import type { Vigil } from '../../core/app.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import { IdSchema } from '../../core/wire.ts';
 import type { adminGuard } from '../auth.ts';
 

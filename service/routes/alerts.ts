@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Vigil } from '../../core/app.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import type { adminGuard } from '../auth.ts';
 
 export const alertRoutes =

@@ -1,5 +1,13 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { Vigil } from '../../core/app.ts';
+import { keys } from '../../core/store/keys.ts';
+import type { Vigil } from '../../core/vigil.ts';
+
+/** Each detector's one-glance state (the breaker's tripped models, ...). */
+async function detectorHealth(vigil: Vigil): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  for (const d of vigil.engine.detectors()) out[d.type] = (await d.health?.()) ?? {};
+  return out;
+}
 
 export const healthRoutes =
   (vigil: Vigil, version: string): FastifyPluginAsyncZod =>
@@ -12,14 +20,15 @@ export const healthRoutes =
         const redis = vigil.store.backend === 'redis' ? ((await vigil.store.ping()) ? 'up' : 'down') : 'not configured';
         const wd =
           vigil.health.watchdog ??
-          (await vigil.store.get<typeof vigil.health.watchdog>('watchdog:last').catch(() => undefined));
+          (await vigil.store.get<typeof vigil.health.watchdog>(keys.watchdog).catch(() => undefined));
         return {
           ok: redis !== 'down',
           version,
           backend: vigil.store.backend,
           redis,
           queue: vigil.queue.kind,
-          mode: vigil.knobs.get<{ mode: string }>('progress').mode,
+          mode: vigil.mode().type,
+          detectors: await detectorHealth(vigil),
           watchdog: wd
             ? {
                 last_tick_at: new Date(wd.last_tick_at).toISOString(),
@@ -27,11 +36,10 @@ export const healthRoutes =
                 result: wd.result,
               }
             : null,
-          plugins: [...vigil.health.plugins].map(([v, at]) => ({
+          plugins: [...vigil.health.plugins.entries()].map(([v, at]) => ({
             version: v,
             last_seen_at: new Date(at).toISOString(),
           })),
-          tripped_models: (await vigil.breaker.view(0)).models.filter((m) => m.tripped).map((m) => m.model),
         };
       },
     );

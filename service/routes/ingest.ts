@@ -1,13 +1,15 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Vigil } from '../../core/app.ts';
+import type { Transition } from '../../core/contracts.ts';
+import { keys } from '../../core/store/keys.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import {
-  AgentSchema,
+  DirectiveAckSchema,
+  ExternalVerdictSchema,
+  HeartbeatSchema,
   IdSchema,
   ProgressEventSchema,
   RequestRecordSchema,
-  TimestampSchema,
-  VerdictLevelSchema,
 } from '../../core/wire.ts';
 
 /** The plugin names itself and its version in this header, so /health can show stale installs. */
@@ -16,49 +18,15 @@ const MAX_BATCH = 500;
 
 const oneOrMany = <T extends z.ZodType>(s: T) => z.union([s, z.array(s).min(1).max(MAX_BATCH)]);
 
-export const ExternalVerdictSchema = z.strictObject({
-  session_id: IdSchema,
-  parent_session_id: IdSchema.nullable().optional(),
-  agent: AgentSchema.optional(),
-  level: VerdictLevelSchema,
-  /** One line, no content. */
-  reason: z
-    .string()
-    .max(300)
-    .regex(/^[\x20-\x7e]*$/, 'printable ASCII'),
-  source: z
-    .string()
-    .min(1)
-    .max(64)
-    .regex(/^[a-z0-9_.-]+$/)
-    .default('watchdog'),
-  /** The watchdog's local model, recorded beside the deterministic verdict. */
-  second_opinion: z
-    .strictObject({
-      model: z.string().min(1).max(200),
-      looping: z.boolean(),
-      reason: z
-        .string()
-        .max(300)
-        .regex(/^[\x20-\x7e]*$/, 'printable ASCII'),
-    })
-    .optional(),
-});
+const VerdictsOut = z.array(
+  z.object({ session: z.string(), detector: z.string(), from: z.string(), to: z.string(), source: z.string() }),
+);
 
-export const HeartbeatSchema = z.strictObject({
-  last_tick_at: TimestampSchema,
-  result: z.strictObject({
-    status: z.enum(['ok', 'flagged', 'idle', 'blind', 'error', 'skipped']),
-    servers: z.number().int().min(0).max(10_000).default(0),
-    sessions: z.number().int().min(0).max(1_000_000).default(0),
-    flagged: z.number().int().min(0).max(1_000_000).default(0),
-    model_calls: z.number().int().min(0).max(1_000_000).default(0),
-    duration_ms: z.number().min(0).max(86_400_000).optional(),
-    error: z.string().max(300).optional(),
-  }),
-});
-
-const VerdictsOut = z.array(z.object({ session: z.string(), from: z.string(), to: z.string(), source: z.string() }));
+/** The verdict changes an ingestion caused, as the API reports them (sessions only). */
+const verdictsOf = (ts: readonly Transition[]) =>
+  ts
+    .filter((t) => t.subject.kind === 'session')
+    .map((t) => ({ session: t.subject.id, detector: t.detector, from: t.from, to: t.to, source: t.source }));
 
 export const ingestRoutes =
   (vigil: Vigil): FastifyPluginAsyncZod =>
@@ -66,15 +34,12 @@ export const ingestRoutes =
     const pluginVersion = (h: unknown) => {
       if (typeof h !== 'string' || !/^[\x21-\x7e]{1,80}$/.test(h)) return undefined;
       // Bounded: any client can send any header value; keep the 50 most recent versions.
-      vigil.health.plugins.delete(h);
       vigil.health.plugins.set(h, vigil.clock.now());
-      if (vigil.health.plugins.size > 50)
-        vigil.health.plugins.delete(vigil.health.plugins.keys().next().value as string);
       return h;
     };
     const rootsDirectives = async (sessions: Iterable<string>) => {
       const roots = new Set<string>();
-      for (const s of sessions) roots.add(await vigil.detector.rootOf(s));
+      for (const s of sessions) roots.add(await vigil.tree.rootOf(s));
       if (roots.size === 1) return vigil.engine.directives.pending(roots.values().next().value as string);
       const out = [];
       for (const r of roots) out.push(...(await vigil.engine.directives.pending(r)));
@@ -100,7 +65,7 @@ export const ingestRoutes =
         );
         return reply.code(202).send({
           accepted: events.length,
-          verdicts: changes.map((c) => ({ session: c.session_id, from: c.from, to: c.to, source: c.source })),
+          verdicts: verdictsOf(changes),
           directives,
         });
       },
@@ -120,7 +85,7 @@ export const ingestRoutes =
         const changes = await vigil.engine.requests(records);
         return reply.code(202).send({
           accepted: records.length,
-          verdicts: changes.map((c) => ({ session: c.session_id, from: c.from, to: c.to, source: c.source })),
+          verdicts: verdictsOf(changes),
         });
       },
     );
@@ -139,7 +104,7 @@ export const ingestRoutes =
         const changes = await vigil.engine.verdicts(list);
         return reply.code(202).send({
           accepted: list.length,
-          verdicts: changes.map((c) => ({ session: c.session_id, from: c.from, to: c.to, source: c.source })),
+          verdicts: verdictsOf(changes),
         });
       },
     );
@@ -153,7 +118,8 @@ export const ingestRoutes =
           result: req.body.result,
           received_at: vigil.clock.now(),
         };
-        await vigil.store.set('watchdog:last', vigil.health.watchdog);
+        await vigil.store.set(keys.watchdog, vigil.health.watchdog);
+        vigil.events.emit('heartbeat', vigil.health.watchdog);
         // A blind watchdog (opencode's API changed shape) must not pass for "all healthy":
         // one warning, resolved by the next tick that reads again. Transitions only.
         const { status, error } = req.body.result;
@@ -195,12 +161,7 @@ export const ingestRoutes =
       {
         schema: {
           summary: 'The plugin acknowledges directives it carried out',
-          body: z.strictObject({
-            acks: z
-              .array(z.strictObject({ id: z.string().min(1).max(64), root_id: IdSchema }))
-              .min(1)
-              .max(MAX_BATCH),
-          }),
+          body: DirectiveAckSchema,
         },
       },
       async (req) => ({ acknowledged: await vigil.engine.ack(req.body.acks) }),

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Vigil } from '../../core/app.ts';
 import { AppError } from '../../core/errors.ts';
+import type { Vigil } from '../../core/vigil.ts';
 import { IdSchema } from '../../core/wire.ts';
 
 export const readoutRoutes =
@@ -27,7 +27,7 @@ export const readoutRoutes =
         },
       },
       async (req, reply) => {
-        const r = await vigil.detector.report(req.params.id);
+        const r = await vigil.engine.report(req.params.id);
         if (r === undefined) throw new AppError('NOT_FOUND', `no session "${req.params.id}"`);
         return reply.type('text/plain; charset=utf-8').send(`${r}\n`);
       },
@@ -67,8 +67,20 @@ export const readoutRoutes =
         },
       },
       async (req) => ({
-        tree: (await vigil.engine.tree(req.params.root)) ?? null,
+        tree: (await vigil.engine.treeState(req.params.root)) ?? null,
         directives: await vigil.engine.directives.pending(req.params.root),
       }),
+    );
+
+    app.get(
+      '/panels',
+      { schema: { summary: "Tables the detectors contribute (the breaker's models, ...), for the admin page" } },
+      async () => {
+        const out = [];
+        for (const d of vigil.engine.detectors()) {
+          for (const p of (await d.panels?.()) ?? []) out.push({ detector: d.type, ...p });
+        }
+        return out;
+      },
     );
   };

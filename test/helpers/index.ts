@@ -5,11 +5,12 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { createRegistry } from '../../builtins.ts';
 import type { Alert } from '../../core/alert.ts';
-import { createVigil, type Vigil, type VigilOptions } from '../../core/app.ts';
 import type { Channel, ChannelPlugin } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
 import type { Registry } from '../../core/registry.ts';
 import { RedisStore } from '../../core/store/redis.ts';
+import type { Vigil } from '../../core/vigil.ts';
+import { createVigil, type VigilOptions } from '../../index.ts';
 
 export const REDIS_URL = process.env.VIGIL_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -89,6 +90,8 @@ export async function testVigil(o: TestVigilOptions): Promise<Vigil> {
       ...(o.notifications ?? {}),
       channels: o.channels ?? [],
     },
+    // No timer: tests tick the engine themselves.
+    detection: { tick_interval: 0 },
     ...((o.overlay as object) ?? {}),
   };
   return createVigil({

@@ -1,3 +1,4 @@
+import { ancestorsOf } from '../../../core/tree.ts';
 import type { ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../../core/wire.ts';
 import type { NoProgressKnobs } from '../knobs.ts';
 import { verdictOf } from './rules.ts';
@@ -153,15 +154,4 @@ export function applyRollUps(
     if (onRollup(s, r, k) !== from) changed?.(cur, s, from);
     cur = parentOf(cur);
   }
-}
-
-/** The ancestors of a session, nearest first; stops at a cycle or after maxDepth. */
-export function ancestorsOf(id: string, parentOf: (id: string) => string | undefined, maxDepth = 16): string[] {
-  const out: string[] = [];
-  let cur = parentOf(id);
-  while (cur !== undefined && out.length < maxDepth && cur !== id && !out.includes(cur)) {
-    out.push(cur);
-    cur = parentOf(cur);
-  }
-  return out;
 }

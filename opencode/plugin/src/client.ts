@@ -1,5 +1,4 @@
-import type { ProgressEvent } from '../../../core/wire.ts';
-import type { Directive } from '../../../modes/contracts.ts';
+import type { Directive, ProgressEvent } from '../../../core/wire.ts';
 
 // The plugin's side of the Vigil HTTP API. Progress events are sent fire-and-forget:
 // buffered (bounded, oldest dropped), batched, posted with a short timeout, and put

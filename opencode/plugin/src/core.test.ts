@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import type { Directive } from '../../../core/wire.ts';
 import { ProgressEventSchema } from '../../../core/wire.ts';
-import type { Directive } from '../../../modes/contracts.ts';
 import { CHILD, CWD, captured, type HookLine, ROOT } from '../fixtures/captured.ts';
 import { PluginCore } from './core.ts';
 import type { OpencodeActions } from './directives.ts';

@@ -1,10 +1,9 @@
-import type { ProgressEvent } from '../../../core/wire.ts';
-import type { Directive } from '../../../modes/contracts.ts';
+import { Lru } from '../../../core/lru.ts';
+import type { Directive, ProgressEvent } from '../../../core/wire.ts';
 import { type Log, silent, VigilClient } from './client.ts';
 import { DirectiveRunner, type OpencodeActions } from './directives.ts';
 import { ProgressSensor } from './events.ts';
 import { identityHeaders, type SessionBook, sessionInfoOf } from './identity.ts';
-import { Lru } from './lru.ts';
 
 // What each hook does, as plain methods: src/plugin.ts only maps opencode's hook names
 // onto these (a v2 port of opencode changes hook registration, not this). Nothing here

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Directive } from '../../../modes/contracts.ts';
+import type { Directive } from '../../../core/wire.ts';
 import { captured, ROOT } from '../fixtures/captured.ts';
 import { DirectiveRunner, type OpencodeActions } from './directives.ts';
 import type { ModelRef } from './identity.ts';

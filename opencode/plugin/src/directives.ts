@@ -1,7 +1,7 @@
-import type { Directive } from '../../../modes/contracts.ts';
+import { Lru } from '../../../core/lru.ts';
+import type { Directive } from '../../../core/wire.ts';
 import { type Log, silent } from './client.ts';
 import type { ModelRef } from './identity.ts';
-import { Lru } from './lru.ts';
 
 // The hands: carry out what the judge decided (toast, abort, compact, lift), once per
 // directive id however often it is delivered, in the order given, and acknowledge each

@@ -1,3 +1,4 @@
+import { Lru } from '../../../core/lru.ts';
 import type { ProgressEvent } from '../../../core/wire.ts';
 import {
   afterHookToEvent,
@@ -10,7 +11,6 @@ import {
   type SessionContext,
 } from '../../convert.ts';
 import type { SessionBook } from './identity.ts';
-import { Lru } from './lru.ts';
 
 // Hook inputs -> progress events, through the ONE shared converter
 // (opencode/convert.ts): nothing of a call's content leaves this file, only what

@@ -1,4 +1,4 @@
-import { Lru } from './lru.ts';
+import { Lru } from '../../../core/lru.ts';
 
 // Who a session is: its parent (for the tree), its agent and the model it last used.
 // Learned for free from the bus (`session.created` / `session.updated` carry the

@@ -1,15 +1,14 @@
 import 'reflect-metadata';
+import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
-import { createRegistry } from '../builtins.ts';
-import type { BehaviorBreaker } from '../detectors/behavior-breaker/breaker.detector.ts';
-import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
 import { type Clock, systemClock } from './clock.ts';
-import { type ChannelEntry, loadConfig, type VigilConfig } from './config.ts';
-import type { Channel } from './contracts.ts';
-import { Engine } from './engine.ts';
+import { type ChannelEntry, loadConfigWithPlugins, type VigilConfig } from './config.ts';
+import type { Channel, Detector, Mode, Transition } from './contracts.ts';
+import { type Driven, Engine } from './engine.ts';
 import { AppError } from './errors.ts';
 import { Knobs } from './knobs.ts';
 import { type Logger, registerSecret, silentLogger } from './logger.ts';
+import { Lru } from './lru.ts';
 import { Metrics } from './metrics.ts';
 import { BullQueue } from './notifier/bullmq-queue.ts';
 import { Deliverer } from './notifier/deliverer.ts';
@@ -22,10 +21,13 @@ import { MemoryStore } from './store/memory.ts';
 import { RedisStore } from './store/redis.ts';
 import type { Store } from './store/store.ts';
 import { TOKENS } from './tokens.ts';
+import { SessionTree } from './tree.ts';
+import type { Heartbeat } from './wire.ts';
 
-export interface VigilOptions {
-  registry?: Registry;
-  /** An already validated config; otherwise it is loaded (default.yaml + file + overlay). */
+export interface KernelOptions {
+  /** What exists: channel, detector and mode types (the composition root's list plus any others). */
+  registry: Registry;
+  /** An already validated config; otherwise it is loaded (default.yaml + file + overlay, plugins included). */
   config?: VigilConfig;
   configFile?: string;
   overlay?: unknown;
@@ -50,26 +52,31 @@ export function redisUrlOf(cfg: VigilConfig, env: NodeJS.ProcessEnv): string | u
 }
 
 /**
- * The composition root: one child container per instance holding logger, clock,
- * store, queue and config, from which every plugin instance is built.
+ * One Vigil instance: a child container holding logger, clock, store, queue, config,
+ * knobs, the session tree and the notifier, from which every plugin instance is built;
+ * the engine that drives the detectors config enables. It names no plugin.
  */
 export class Vigil {
   readonly container: DependencyContainer;
   readonly channels = new Map<string, Channel>();
+  readonly detectors = new Map<string, Detector>();
   readonly notifier: Notifier;
   readonly deliveryLog: DeliveryLog;
   readonly deliverer: Deliverer;
   readonly knobs: Knobs;
   readonly metrics: Metrics;
-  readonly detector: NoProgressDetector;
+  readonly tree: SessionTree;
   readonly engine: Engine;
-  readonly breaker: BehaviorBreaker;
-  /** Watchdog heartbeat and plugin versions seen, for /health. */
+  /** transition, tree, delivery, knobs, channel, heartbeat: what the admin page streams. */
+  readonly events = new EventEmitter();
+  /** Watchdog heartbeat and plugin builds seen, for /health. */
   readonly health = {
-    watchdog: undefined as undefined | { last_tick_at: number; result: unknown; received_at: number },
-    plugins: new Map<string, number>(),
+    watchdog: undefined as undefined | { last_tick_at: number; result: Heartbeat['result']; received_at: number },
+    plugins: new Lru<string, number>(50),
   };
   private started = false;
+  private timer: NodeJS.Timeout | undefined;
+  private modeCache: Mode | undefined;
 
   constructor(
     readonly registry: Registry,
@@ -81,6 +88,7 @@ export class Vigil {
     readonly env: NodeJS.ProcessEnv,
     private readonly runWorker: boolean,
   ) {
+    this.events.setMaxListeners(100);
     const c = rootContainer.createChildContainer();
     c.register(TOKENS.Logger, { useValue: logger });
     c.register(TOKENS.Clock, { useValue: clock });
@@ -89,10 +97,17 @@ export class Vigil {
     c.register(TOKENS.Config, { useValue: config });
     c.register(TOKENS.Registry, { useValue: registry });
     c.register(TOKENS.Env, { useValue: env });
+    c.register(TOKENS.Events, { useValue: this.events });
     this.container = c;
     this.knobs = new Knobs(registry, config, store, logger.child({ part: 'knobs' }));
+    this.knobs.onChange(() => {
+      this.modeCache = undefined;
+    });
     c.register(TOKENS.Knobs, { useValue: this.knobs });
     this.metrics = new Metrics(() => queue.depth());
+    c.register(TOKENS.Metrics, { useValue: this.metrics });
+    this.tree = new SessionTree(store, clock);
+    c.register(TOKENS.Tree, { useValue: this.tree });
 
     this.deliveryLog = new DeliveryLog(store, config.notifications.log_size);
     c.register(TOKENS.DeliveryLog, { useValue: this.deliveryLog });
@@ -126,24 +141,63 @@ export class Vigil {
     );
     c.register(TOKENS.Notifier, { useValue: this.notifier });
 
-    const np = registry.detectors.get('no-progress');
-    if (!np) throw new AppError('PLUGIN_CREATE_FAILED', 'the no-progress detector is not registered');
-    this.detector = np.create(c, config.progress) as NoProgressDetector;
-    this.engine = new Engine(
-      c,
-      registry,
-      this.knobs,
+    // Detectors report transitions outside an input (a timer, a gate check) through Emit.
+    let engine: Engine | undefined;
+    c.register(TOKENS.Emit, {
+      useValue: async (ts: readonly Transition[]) => {
+        if (ts.length && engine) await engine.handle(ts);
+      },
+    });
+    const driven: Driven[] = [];
+    for (const plugin of registry.detectors.values()) {
+      const child = c.createChildContainer();
+      child.register(TOKENS.Logger, { useValue: logger.child({ detector: plugin.type }) });
+      const knobs = () => this.knobs.get<Record<string, unknown>>(plugin.section);
+      let detector: Detector;
+      try {
+        detector = plugin.create(child, knobs);
+      } catch (e) {
+        throw new AppError('PLUGIN_CREATE_FAILED', `detector "${plugin.type}": ${(e as Error).message}`, { cause: e });
+      }
+      if (detector.type !== plugin.type) {
+        throw new AppError(
+          'PLUGIN_CREATE_FAILED',
+          `detector "${plugin.type}" built a detector of type "${detector.type}"`,
+        );
+      }
+      this.detectors.set(plugin.type, detector);
+      driven.push({ detector, enabled: () => knobs()?.enabled !== false });
+    }
+    engine = new Engine(
+      driven,
+      () => this.mode(),
+      this.tree,
       store,
       clock,
       logger.child({ part: 'engine' }),
-      this.detector,
       this.notifier,
       this.metrics,
+      this.events,
     );
-    const bb = registry.detectors.get('behavior-breaker');
-    if (!bb) throw new AppError('PLUGIN_CREATE_FAILED', 'the behavior-breaker detector is not registered');
-    this.breaker = bb.create(c, config.breaker) as BehaviorBreaker;
-    this.engine.breaker = this.breaker;
+    this.engine = engine;
+  }
+
+  /** A detector by type, typed by the caller. */
+  detector<T extends Detector = Detector>(type: string): T {
+    const d = this.detectors.get(type);
+    if (!d) throw new AppError('NOT_FOUND', `no detector "${type}" (known: ${[...this.detectors.keys()].join(', ')})`);
+    return d as T;
+  }
+
+  /** The configured mode (`modes.mode`), built from the live knobs; rebuilt when they change. */
+  mode(): Mode {
+    if (this.modeCache) return this.modeCache;
+    const modes = this.knobs.get<Record<string, unknown>>('modes');
+    const type = String(modes.mode);
+    const plugin = this.registry.modes.get(type);
+    if (!plugin) throw new AppError('CONFIG_INVALID', `modes.mode: "${type}" is not a registered mode`);
+    this.modeCache = plugin.create(this.container, (modes[type] ?? {}) as object);
+    return this.modeCache;
   }
 
   async start(): Promise<void> {
@@ -151,18 +205,28 @@ export class Vigil {
     this.started = true;
     await this.knobs.load();
     if (this.runWorker) await this.queue.start(this.deliverer);
+    const every = this.config.detection.tick_interval as number;
+    if (every > 0) {
+      this.timer = setInterval(() => {
+        this.engine.tick().catch((err) => this.logger.warn({ err: (err as Error).message }, 'tick failed'));
+      }, every);
+      this.timer.unref();
+    }
   }
 
   async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
     await this.queue.close();
     await this.store.close();
   }
 }
 
-export async function createVigil(opts: VigilOptions = {}): Promise<Vigil> {
+/** Builds and starts an instance from a registry and config (the package's createVigil adds the built-ins). */
+export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   const env = opts.env ?? process.env;
-  const registry = opts.registry ?? createRegistry();
-  const config = opts.config ?? loadConfig({ registry, file: opts.configFile, overlay: opts.overlay, env });
+  const registry = opts.registry;
+  const config =
+    opts.config ?? (await loadConfigWithPlugins({ registry, file: opts.configFile, overlay: opts.overlay, env }));
   const logger = opts.logger ?? silentLogger();
   const clock = opts.clock ?? systemClock;
   for (const ch of config.notifications.channels as ChannelEntry[]) {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Store } from '../core/store/store.ts';
-import type { Directive, DirectiveSpec } from './contracts.ts';
+import { keys, TTL } from './store/keys.ts';
+import type { Store } from './store/store.ts';
+import type { Directive, DirectiveSpec } from './wire.ts';
 
 /** Pending directives kept per tree; beyond this the oldest toasts go first, then the oldest. */
 const CAP = 100;
@@ -21,25 +22,25 @@ export class DirectiveQueue {
       root_id: root,
       created_at: now,
     }));
-    await this.store.update<Directive[], void>(`dir:${root}`, (cur) => {
+    await this.store.update<Directive[], void>(keys.directives(root), (cur) => {
       let next = [...(cur ?? []), ...added];
       while (next.length > CAP) {
         const i = next.findIndex((d) => d.type === 'toast');
         next = i >= 0 ? next.filter((_, j) => j !== i) : next.slice(1);
       }
-      return { value: next, result: undefined, ttlMs: 7 * 86_400_000 };
+      return { value: next, result: undefined, ttlMs: TTL.directives };
     });
     return added;
   }
 
   async pending(root: string): Promise<Directive[]> {
-    return (await this.store.get<Directive[]>(`dir:${root}`)) ?? [];
+    return (await this.store.get<Directive[]>(keys.directives(root))) ?? [];
   }
 
   /** Removes acknowledged directives; returns the ones that were pending. */
   async ack(root: string, ids: readonly string[]): Promise<Directive[]> {
     const set = new Set(ids);
-    return this.store.update<Directive[], Directive[]>(`dir:${root}`, (cur) => {
+    return this.store.update<Directive[], Directive[]>(keys.directives(root), (cur) => {
       const list = cur ?? [];
       const done = list.filter((d) => set.has(d.id));
       const left = list.filter((d) => !set.has(d.id));

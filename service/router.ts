@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Vigil } from '../core/app.ts';
-import type { GateAnswer, GateQuery } from '../core/engine.ts';
-import type { RequestRecord } from '../core/wire.ts';
+import type { Vigil } from '../core/vigil.ts';
+import type { GateAnswer, GateQuery, RequestRecord } from '../core/wire.ts';
 
 // The fastify plugin a fastify-based model router registers. Before each model request
 // it asks the gate about the conversation (identity from the router headers, or the

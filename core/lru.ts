@@ -1,7 +1,8 @@
 /**
  * A Map bounded to `max` entries: setting or reading a key makes it the newest, and
- * past `max` the oldest goes. Every per-session memory of the plugin is one of these,
- * so a long-running opencode never grows it without bound.
+ * past `max` the oldest goes. Every bounded in-process memory (the service's caches, the
+ * plugin's per-session memories) is one of these,
+ * so a long-running process never grows one without bound.
  */
 export class Lru<K, V> {
   private readonly m = new Map<K, V>();

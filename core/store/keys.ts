@@ -1,0 +1,40 @@
+// Every store key the kernel writes, and how long each lives: the only place a kernel
+// key is spelled. The store prepends its own namespace (`store.key_prefix`). A plugin
+// keeps its keys under its own type (`plugin(type)`), spelled in its own keys module.
+
+const DAY = 86_400_000;
+
+/** Time to live of each kind of key, in ms (undefined: kept until replaced). */
+export const TTL = {
+  /** An incident's lifecycle record (per dedup_key). */
+  incident: 30 * DAY,
+  /** A channel's "last notified" marks per incident (the quiet window), at least this long. */
+  notified: DAY,
+  /** The last transition a channel delivered per incident (the superseded check). */
+  sent: 30 * DAY,
+  /** A tree's mode state (stage, refusals, caps, recoveries). */
+  tree: 30 * DAY,
+  /** Directives waiting for the plugin's acknowledgement. */
+  directives: 7 * DAY,
+  /** Parent links and session metadata: dropped a week after the session went quiet. */
+  session: 7 * DAY,
+} as const;
+
+export const keys = {
+  incident: (dedupKey: string) => `alert:${dedupKey}`,
+  incidentPrefix: 'alert:',
+  notified: (channel: string, dedupKey: string) => `notified:${channel}:${dedupKey}`,
+  rate: (channel: string) => `rl:${channel}`,
+  sent: (channel: string, dedupKey: string) => `sent:${channel}:${dedupKey}`,
+  deliveries: 'deliveries',
+  tree: (root: string) => `tree:${root}`,
+  directives: (root: string) => `dir:${root}`,
+  parent: (session: string) => `parent:${session}`,
+  meta: (session: string) => `meta:${session}`,
+  metaPrefix: 'meta:',
+  /** Runtime knob changes (PATCH /knobs). */
+  knobs: 'knobs',
+  watchdog: 'watchdog:last',
+  /** The namespace of a plugin's own keys: `p:<type>:`. */
+  plugin: (type: string) => `p:${type}:`,
+} as const;

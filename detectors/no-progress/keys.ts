@@ -1,0 +1,19 @@
+import { keys, TTL } from '../../core/store/keys.ts';
+
+// The no-progress detector's store keys, under its own namespace.
+const NS = keys.plugin('no-progress');
+
+export const npKeys = {
+  /** A session's judge state (compact bytes on Redis). */
+  state: (id: string) => `${NS}s:${id}`,
+  statePrefix: `${NS}s:`,
+  /** The latest verdict from an outside sensor (the watchdog). */
+  external: (id: string) => `${NS}x:${id}`,
+} as const;
+
+export const NP_TTL = {
+  /** A session idle this long is dropped. */
+  state: TTL.session,
+  /** An external verdict counts for this long unless renewed. */
+  external: 30 * 60_000,
+} as const;
