@@ -2,9 +2,12 @@
 // Runs a TypeScript script (bench/*.ts, test helpers) through tsx: node bin/run-ts.mjs FILE [args]
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { register as registerHooks } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { register } from 'tsx/esm/api';
 
-register();
+registerHooks('./source-conditions.mjs', import.meta.url);
+register({ tsconfig: fileURLToPath(new URL('../tsconfig.json', import.meta.url)) });
 const [file] = process.argv.splice(2, 1);
 if (!file) {
   console.error('usage: node bin/run-ts.mjs FILE.ts [args...]');

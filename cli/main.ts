@@ -3,10 +3,11 @@ import { Command, CommanderError } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
-import { ConfigError, displayConfig, loadConfig } from '../core/config.ts';
+import { ConfigError, displayConfig, loadConfigWithPlugins } from '../core/config.ts';
 import { duration } from '../core/duration.ts';
 import { isAppError } from '../core/errors.ts';
 import { createLogger } from '../core/logger.ts';
+import { checkConfig } from '../core/vigil.ts';
 import { createVigil } from '../index.ts';
 
 // Every command validates its arguments with zod and names the bad one.
@@ -54,10 +55,11 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
     .command('check')
     .description('validate the config and print it with secrets redacted (exit 1 on errors)')
     .option('--config <path>', 'config overlay file (env VIGIL_CONFIG)')
-    .action((raw) => {
+    .action(async (raw) => {
       const a = parseArgs(z.strictObject({ config: ConfigArg }), raw, 'config check');
       try {
-        const cfg = loadConfig({ registry: createRegistry(), file: a.config });
+        // Exactly what serve validates: plugins loaded, channels and detectors built.
+        const cfg = await checkConfig({ registry: createRegistry(), configFile: a.config });
         io.out(toYaml(displayConfig(cfg)));
         io.out('config ok\n');
       } catch (e) {
@@ -134,7 +136,7 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
     .action(async (raw) => {
       const a = parseArgs(z.strictObject({ config: ConfigArg }), raw, 'watchdog tick');
       const { runTick } = await import('../opencode/watchdog/tick.ts');
-      const cfg = loadConfig({ registry: createRegistry(), file: a.config });
+      const cfg = await loadConfigWithPlugins({ registry: createRegistry(), file: a.config });
       const r = await runTick({ config: cfg, logger: createLogger({ level: process.env.VIGIL_LOG_LEVEL ?? 'warn' }) });
       const line = `watchdog tick: ${r.status} servers=${r.servers} sessions=${r.sessions} flagged=${r.flagged} model_calls=${r.model_calls} service=${r.service}${r.alerted ? ' alerted' : ''}${r.error ? ` (${r.error})` : ''}\n`;
       // skipped, idle and blind are normal outcomes for a timer; only a failed tick is an error

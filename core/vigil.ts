@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import { type Clock, systemClock } from './clock.ts';
-import { type ChannelEntry, loadConfigWithPlugins, type VigilConfig } from './config.ts';
+import { type ChannelEntry, ConfigError, loadConfigWithPlugins, type VigilConfig } from './config.ts';
 import type { Channel, Detector, Mode, Transition } from './contracts.ts';
 import { type Driven, Engine } from './engine.ts';
 import { AppError } from './errors.ts';
@@ -254,4 +254,35 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   const vigil = new Vigil(registry, config, store, queue, logger, clock, env, opts.worker ?? true);
   await vigil.start();
   return vigil;
+}
+
+/**
+ * Everything `vigil serve` validates before it listens, without starting anything: the
+ * config (plugins under `plugins:` loaded), every channel and detector built once.
+ * Throws ConfigError naming each problem.
+ */
+export async function checkConfig(opts: KernelOptions): Promise<Readonly<VigilConfig>> {
+  const env = opts.env ?? process.env;
+  const config =
+    opts.config ??
+    (await loadConfigWithPlugins({ registry: opts.registry, file: opts.configFile, overlay: opts.overlay, env }));
+  const clock = opts.clock ?? systemClock;
+  try {
+    redisUrlOf(config, env);
+    const v = new Vigil(
+      opts.registry,
+      config,
+      new MemoryStore(clock),
+      new MemoryQueue({ concurrency: 1, retryDelayMs: 0, lockDurationMs: 0, stalledIntervalMs: 0 }),
+      silentLogger(),
+      clock,
+      env,
+      false,
+    );
+    await v.close();
+  } catch (e) {
+    if (e instanceof ConfigError) throw e;
+    throw new ConfigError([(e as Error).message]);
+  }
+  return config;
 }
