@@ -1,16 +1,16 @@
 import { readFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { SeveritySchema } from './alert.ts';
 import type { ChannelCommon } from './contracts.ts';
 import { duration } from './duration.ts';
 import { AppError, isAppError } from './errors.ts';
+import { PACKAGE_ROOT } from './paths.ts';
 import { loadPluginModules } from './plugins.ts';
 import type { Registry } from './registry.ts';
 
-export const DEFAULT_CONFIG_PATH = resolve(dirname(fileURLToPath(import.meta.url)), '../config/default.yaml');
+export const DEFAULT_CONFIG_PATH = join(PACKAGE_ROOT, 'config/default.yaml');
 
 // Sections owned by the core. Plugin sections (detectors, modes, channel options)
 // are composed in from the registry by rootSchema().

@@ -1,9 +1,10 @@
 import 'reflect-metadata';
 import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
+import type { z } from 'zod';
 import { type Clock, systemClock } from './clock.ts';
-import { type ChannelEntry, ConfigError, loadConfigWithPlugins, type VigilConfig } from './config.ts';
-import type { Channel, Detector, Mode, Transition } from './contracts.ts';
+import { type ChannelEntry, ConfigError, formatIssues, loadConfigWithPlugins, type VigilConfig } from './config.ts';
+import type { Channel, Detector, Mode, Origin, Transition } from './contracts.ts';
 import { type Driven, Engine } from './engine.ts';
 import { AppError } from './errors.ts';
 import { Knobs } from './knobs.ts';
@@ -22,7 +23,25 @@ import { RedisStore } from './store/redis.ts';
 import type { Store } from './store/store.ts';
 import { TOKENS } from './tokens.ts';
 import { SessionTree } from './tree.ts';
-import type { Heartbeat } from './wire.ts';
+import {
+  type Heartbeat,
+  type ProgressEventInput,
+  ProgressEventSchema,
+  type RequestRecordInput,
+  RequestRecordSchema,
+} from './wire.ts';
+
+function parseAll<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S>[] {
+  const list = Array.isArray(input) ? input : [input];
+  return list.map((x, i) => {
+    const r = schema.safeParse(x);
+    if (!r.success) {
+      const where = Array.isArray(input) ? `${what}[${i}]` : what;
+      throw new AppError('BAD_INPUT', `${where}: ${formatIssues(r.error.issues).join('; ')}`);
+    }
+    return r.data;
+  });
+}
 
 export interface KernelOptions {
   /** What exists: channel, detector and mode types (the composition root's list plus any others). */
@@ -180,6 +199,19 @@ export class Vigil {
       this.events,
     );
     this.engine = engine;
+  }
+
+  /**
+   * Progress events from an embedder, validated like the HTTP body (a bad one throws
+   * naming the field; nothing is judged then). The engine takes them parsed.
+   */
+  progress(input: ProgressEventInput | readonly ProgressEventInput[], origin: Origin = {}) {
+    return this.engine.progress(parseAll(ProgressEventSchema, input, 'progress'), origin);
+  }
+
+  /** LLM request records from an embedder (a router that streams), validated like the HTTP body. */
+  requests(input: RequestRecordInput | readonly RequestRecordInput[]) {
+    return this.engine.requests(parseAll(RequestRecordSchema, input, 'requests'));
   }
 
   /** A detector by type, typed by the caller. */

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
 import type { Vigil } from '../core/vigil.ts';
 import type { GateAnswer, GateQuery, RequestRecord } from '../core/wire.ts';
 
@@ -132,7 +133,8 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
   });
 }
 
-// Registered without encapsulation, so the hooks apply to the router's own routes.
-(vigilGatePlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
-
-export const vigilGate = vigilGatePlugin;
+/**
+ * The gate as a fastify plugin: `await router.register(vigilGate, { vigil })`. Wrapped
+ * with fastify-plugin (no encapsulation), so its hooks apply to the router's own routes.
+ */
+export const vigilGate = fp(vigilGatePlugin, { fastify: '5.x', name: 'vigil-gate' });

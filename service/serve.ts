@@ -1,9 +1,9 @@
-import { readFileSync } from 'node:fs';
 import { createLogger } from '../core/logger.ts';
+import { VERSION } from '../core/paths.ts';
 import { createVigil } from '../index.ts';
 import { buildServer } from './server.ts';
 
-export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+export { VERSION };
 
 /** `vigil serve`: the service with the config's defaults (memory backend unless Redis is configured). */
 export async function serve(o: { host?: string; port?: number; configFile?: string }): Promise<void> {

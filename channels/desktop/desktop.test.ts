@@ -1,24 +1,17 @@
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Vigil } from '../../core/vigil.ts';
-import { eventually, fakeNotifySend, tempDir, testVigil } from '../../test/helpers/index.ts';
+import { createRegistry } from '../../builtins.ts';
+import { eventually, fakeNotifySend, tempDir } from '../../test/helpers/index.ts';
+import { ChannelKit } from '../testing/index.ts';
 import { busEnv } from './desktop.channel.ts';
 
-const running: Vigil[] = [];
-afterEach(async () => {
-  for (const v of running.splice(0)) await v.close();
-});
+// notify-send is not HTTP: the channel kit builds the instance, a fake binary on PATH records the calls.
+const kit = new ChannelKit(createRegistry());
+afterEach(() => kit.close());
 
-async function desktopVigil(env: NodeJS.ProcessEnv, channel: Record<string, unknown> = {}) {
-  const v = await testVigil({
-    backend: 'memory',
-    env,
-    channels: [{ name: 'desk', type: 'desktop', min_severity: 'info', ...channel }],
-  });
-  running.push(v);
-  return v;
-}
+const desktopVigil = (env: Record<string, string>, channel: Record<string, unknown> = {}) =>
+  kit.vigil({ name: 'desk', type: 'desktop', ...channel }, { env });
 
 const incident = {
   dedup_key: 'ses_root',

@@ -3,9 +3,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import type { Alert, AlertInput } from '../../core/alert.ts';
 import { ConfigError, loadConfig } from '../../core/config.ts';
-import type { DeliveryRecord } from '../../core/notifier/delivery-log.ts';
 import type { Vigil } from '../../core/vigil.ts';
-import { eventually, testVigil } from '../../test/helpers/index.ts';
+import { eventually } from '../../test/helpers/index.ts';
 import {
   captureLogger,
   PD,
@@ -14,14 +13,11 @@ import {
   type WireServer,
   wireServer,
 } from '../../test/helpers/wire-servers.ts';
+import { ChannelKit, channelContract } from '../testing/index.ts';
 import { DETAILS_REMOVED, MAX_EVENT_BYTES, pagerDutyEvent } from './pagerduty.event.ts';
 
-const running: Vigil[] = [];
-const servers: WireServer[] = [];
-afterEach(async () => {
-  for (const v of running.splice(0)) await v.close();
-  for (const s of servers.splice(0)) await s.close();
-});
+const kit = new ChannelKit(createRegistry());
+afterEach(() => kit.close());
 
 /** 32 characters, as PagerDuty integration keys are. */
 const ROUTING_KEY = 'R0ut1ngK3yR0ut1ngK3yR0ut1ngK3y32';
@@ -35,40 +31,34 @@ const incident: AlertInput = {
   source: 'no-progress',
 };
 
-async function server(fallback: WireReply | ((r: WireRequest) => WireReply)) {
-  const s = await wireServer(fallback);
-  servers.push(s);
-  return s;
-}
+const server = (fallback: WireReply | ((r: WireRequest) => WireReply)) => kit.server(fallback);
+const rows = (v: Vigil, n: number) => kit.rows(v, n);
 
-async function vigil(s: WireServer, logger = captureLogger().logger, extra: Record<string, unknown> = {}) {
-  const v = await testVigil({
-    backend: 'memory',
+const entry = (origin: string, extra: Record<string, unknown> = {}) => ({
+  name: 'oncall',
+  type: 'pagerduty',
+  routing_key_env: 'PD_ROUTING_KEY',
+  url: `${origin}/v2/enqueue`,
+  source: 'vigil@host1',
+  ...extra,
+});
+
+const vigil = (s: WireServer, logger = captureLogger().logger, extra: Record<string, unknown> = {}) =>
+  kit.vigil(entry(s.origin, extra), { env: { PD_ROUTING_KEY: ROUTING_KEY }, logger });
+
+channelContract(
+  {
+    type: 'pagerduty',
+    registry: createRegistry(),
+    entry: (origin) => entry(origin),
     env: { PD_ROUTING_KEY: ROUTING_KEY },
-    logger,
-    channels: [
-      {
-        name: 'oncall',
-        type: 'pagerduty',
-        min_severity: 'info',
-        routing_key_env: 'PD_ROUTING_KEY',
-        url: `${s.origin}/v2/enqueue`,
-        source: 'vigil@host1',
-        ...extra,
-      },
-    ],
-  });
-  running.push(v);
-  return v;
-}
-
-async function rows(v: Vigil, n: number): Promise<DeliveryRecord[]> {
-  const r = await eventually(async () => {
-    const all = await v.deliveryLog.recent();
-    return all.length >= n ? all : undefined;
-  });
-  return r!.reverse();
-}
+    success: PD.accepted('vigil:kit:pagerduty'),
+    retryable: PD.serverError,
+    permanent: PD.invalid(),
+    secrets: [ROUTING_KEY],
+  },
+  { describe, it, expect, afterEach },
+);
 
 /** The trigger event PagerDuty's docs show, field for field, in the order we send it. */
 function expectedTrigger(severity: string, summary: string, at: string, state: string, seq: number) {

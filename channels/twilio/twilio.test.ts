@@ -2,9 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import type { Alert, AlertInput } from '../../core/alert.ts';
 import { ConfigError, loadConfig } from '../../core/config.ts';
-import type { DeliveryRecord } from '../../core/notifier/delivery-log.ts';
 import type { Vigil } from '../../core/vigil.ts';
-import { eventually, testVigil } from '../../test/helpers/index.ts';
+import { eventually } from '../../test/helpers/index.ts';
 import {
   captureLogger,
   closedPort,
@@ -14,14 +13,11 @@ import {
   type WireServer,
   wireServer,
 } from '../../test/helpers/wire-servers.ts';
+import { ChannelKit, channelContract } from '../testing/index.ts';
 import { maskNumber, septets, smsBody } from './twilio.sms.ts';
 
-const running: Vigil[] = [];
-const servers: WireServer[] = [];
-afterEach(async () => {
-  for (const v of running.splice(0)) await v.close();
-  for (const s of servers.splice(0)) await s.close();
-});
+const kit = new ChannelKit(createRegistry());
+afterEach(() => kit.close());
 
 const SID = 'AC0123456789abcdef0123456789abcdef';
 const TOKEN = 'f00dfeedf00dfeedf00dfeedf00dfeed';
@@ -38,42 +34,36 @@ const incident: AlertInput = {
   source: 'no-progress',
 };
 
-async function server(fallback: WireReply | ((r: WireRequest) => WireReply)) {
-  const s = await wireServer(fallback);
-  servers.push(s);
-  return s;
-}
+const server = (fallback: WireReply | ((r: WireRequest) => WireReply)) => kit.server(fallback);
+const rows = (v: Vigil, n: number) => kit.rows(v, n);
 
-async function vigil(s: WireServer, channel: Record<string, unknown> = {}, logger = captureLogger().logger) {
-  const v = await testVigil({
-    backend: 'memory',
+const entry = (origin: string, channel: Record<string, unknown> = {}) => ({
+  name: 'sms',
+  type: 'twilio',
+  account_sid_env: 'TWILIO_ACCOUNT_SID',
+  auth_token_env: 'TWILIO_AUTH_TOKEN',
+  from: '+15005550006',
+  to: [ALICE],
+  url: origin,
+  ...channel,
+});
+
+const vigil = (s: WireServer, channel: Record<string, unknown> = {}, logger = captureLogger().logger) =>
+  kit.vigil(entry(s.origin, channel), { env: ENV, logger });
+
+channelContract(
+  {
+    type: 'twilio',
+    registry: createRegistry(),
+    entry: (origin) => entry(origin),
     env: ENV,
-    logger,
-    channels: [
-      {
-        name: 'sms',
-        type: 'twilio',
-        min_severity: 'info',
-        account_sid_env: 'TWILIO_ACCOUNT_SID',
-        auth_token_env: 'TWILIO_AUTH_TOKEN',
-        from: '+15005550006',
-        to: [ALICE],
-        url: s.origin,
-        ...channel,
-      },
-    ],
-  });
-  running.push(v);
-  return v;
-}
-
-async function rows(v: Vigil, n: number): Promise<DeliveryRecord[]> {
-  const r = await eventually(async () => {
-    const all = await v.deliveryLog.recent();
-    return all.length >= n ? all : undefined;
-  });
-  return r!.reverse();
-}
+    success: TWILIO.created,
+    retryable: TWILIO.tooManyRequests(),
+    permanent: TWILIO.invalidTo('+14155550123'),
+    secrets: [TOKEN],
+  },
+  { describe, it, expect, afterEach },
+);
 
 const fields = (q: WireRequest) => [...new URLSearchParams(q.text).entries()].sort();
 const to = (q: WireRequest) => new URLSearchParams(q.text).get('To');

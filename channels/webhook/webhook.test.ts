@@ -6,10 +6,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import type { Alert, AlertInput } from '../../core/alert.ts';
 import { ConfigError, loadConfig } from '../../core/config.ts';
-import type { DeliveryRecord } from '../../core/notifier/delivery-log.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { createVigil } from '../../index.ts';
-import { eventually, tempDir, testVigil } from '../../test/helpers/index.ts';
+import { eventually, tempDir } from '../../test/helpers/index.ts';
 import {
   captureLogger,
   closedPort,
@@ -20,13 +19,14 @@ import {
   type WireServer,
   wireServer,
 } from '../../test/helpers/wire-servers.ts';
+import { ChannelKit, channelContract } from '../testing/index.ts';
 import { ntfySequenceId, slackPayload, webhookId } from './webhook.formats.ts';
 
+const kit = new ChannelKit(createRegistry());
 const running: Vigil[] = [];
-const servers: WireServer[] = [];
 afterEach(async () => {
   for (const v of running.splice(0)) await v.close();
-  for (const s of servers.splice(0)) await s.close();
+  await kit.close();
 });
 
 const incident: AlertInput = {
@@ -40,31 +40,25 @@ const incident: AlertInput = {
 
 const newSecret = () => `whsec_${randomBytes(24).toString('base64')}`;
 
-async function server(fallback: WireReply | ((r: WireRequest) => WireReply)) {
-  const s = await wireServer(fallback);
-  servers.push(s);
-  return s;
-}
+const server = (fallback: WireReply | ((r: WireRequest) => WireReply)) => kit.server(fallback);
+const rows = (v: Vigil, n: number) => kit.rows(v, n);
+const vigil = (channel: Record<string, unknown>, env: Record<string, string> = {}, logger = captureLogger().logger) =>
+  kit.vigil({ name: 'hook', type: 'webhook', ...channel }, { env, logger });
 
-async function vigil(channel: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, logger = captureLogger().logger) {
-  const v = await testVigil({
-    backend: 'memory',
-    env,
-    logger,
-    channels: [{ name: 'hook', type: 'webhook', min_severity: 'info', ...channel }],
-  });
-  running.push(v);
-  return v;
-}
-
-/** The delivery log once it holds `n` rows, oldest first. */
-async function rows(v: Vigil, n: number): Promise<DeliveryRecord[]> {
-  const r = await eventually(async () => {
-    const all = await v.deliveryLog.recent();
-    return all.length >= n ? all : undefined;
-  });
-  return r!.reverse();
-}
+const SECRET = newSecret();
+channelContract(
+  {
+    type: 'webhook',
+    registry: createRegistry(),
+    entry: (origin) => ({ name: 'hook', type: 'webhook', url: `${origin}/h`, secret_env: 'HOOK_SECRET' }),
+    env: { HOOK_SECRET: SECRET },
+    success: { status: 204 },
+    retryable: { status: 503, body: 'busy' },
+    permanent: { status: 400, body: 'bad request' },
+    secrets: [SECRET],
+  },
+  { describe, it, expect, afterEach },
+);
 
 function problems(fn: () => unknown): string[] {
   try {

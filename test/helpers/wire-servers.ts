@@ -1,103 +1,21 @@
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
-import { createLogger, type Logger } from '../../core/logger.ts';
+import type { WireReply, WireRequest } from '../../channels/testing/wire.ts';
 
-/**
- * Local stand-ins for the providers' endpoints (127.0.0.1, port 0): each records every
- * request byte for byte and answers with the providers' real bodies, scripted per test.
- * Sources of the bodies: /work/shared/reference/channels.md sections 1-5.
- */
+// The providers' real response bodies, for the local servers of the channel kit
+// (channels/testing): each constant is what the provider's documentation shows.
 
-export interface WireRequest {
-  method: string;
-  /** Path and query, as sent. */
-  url: string;
-  headers: IncomingHttpHeaders;
-  /** The exact bytes received. */
-  body: Buffer;
-  text: string;
-}
-
-export interface WireReply {
-  status: number;
-  headers?: Record<string, string>;
-  body?: string;
-  /** Never answer (a timeout); the socket is closed with the server. */
-  hang?: boolean;
-}
-
-type Reply = WireReply | ((req: WireRequest) => WireReply);
-
-export interface WireServer {
-  /** http://127.0.0.1:<port> */
-  origin: string;
-  requests: WireRequest[];
-  /** Queue replies for the next requests, in order; after them `fallback` answers. */
-  script(...replies: Reply[]): void;
-  close(): Promise<void>;
-}
-
-export async function wireServer(fallback: Reply): Promise<WireServer> {
-  const requests: WireRequest[] = [];
-  const queue: Reply[] = [];
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      const r: WireRequest = {
-        method: req.method ?? '',
-        url: req.url ?? '',
-        headers: req.headers,
-        body,
-        text: body.toString('utf8'),
-      };
-      requests.push(r);
-      const next = queue.shift() ?? fallback;
-      const reply = typeof next === 'function' ? next(r) : next;
-      if (reply.hang) return;
-      res.writeHead(reply.status, reply.headers ?? {}).end(reply.body ?? '');
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    requests,
-    script: (...r) => queue.push(...r),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-/** A port with nothing listening: connection refused. */
-export async function closedPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
-
-/** A real (redacting) logger whose lines a test can read. */
-export function captureLogger(): { logger: Logger; lines: string[]; text(): string } {
-  const lines: string[] = [];
-  const destination = new Writable({
-    write(chunk, _enc, cb) {
-      lines.push(String(chunk));
-      cb();
-    },
-  });
-  return { logger: createLogger({ destination, level: 'debug' }), lines, text: () => lines.join('') };
-}
+export {
+  captureLogger,
+  closedPort,
+  type WireReply,
+  type WireRequest,
+  type WireServer,
+  wireServer,
+} from '../../channels/testing/wire.ts';
 
 const JSON_TYPE = { 'content-type': 'application/json' };
 const TEXT_TYPE = { 'content-type': 'text/plain; charset=utf-8' };
 
-/** PagerDuty Events API v2 (reference section 1, "Responses"). */
+/** PagerDuty Events API v2. */
 export const PD = {
   accepted: (dedupKey: string): WireReply => ({
     status: 202,
@@ -117,7 +35,7 @@ export const PD = {
   } as WireReply,
 };
 
-/** Twilio Messages.json (reference section 2): the spec's 201 example and the error body shape. */
+/** Twilio Messages.json: the spec's 201 example and the error body shape. */
 export const TWILIO = {
   created: (req: WireRequest): WireReply => {
     const f = new URLSearchParams(req.text);
@@ -161,7 +79,7 @@ export const TWILIO = {
   tooManyRequests: (): WireReply => TWILIO.error(429, 20429, 'Too Many Requests'),
 };
 
-/** Slack incoming webhooks (reference section 3): plain-text bodies, a JSON 429 with Retry-After. */
+/** Slack incoming webhooks: plain-text bodies, a JSON 429 with Retry-After. */
 export const SLACK = {
   ok: { status: 200, headers: TEXT_TYPE, body: 'ok' } as WireReply,
   invalidPayload: { status: 400, headers: TEXT_TYPE, body: 'invalid_payload' } as WireReply,
@@ -175,7 +93,7 @@ export const SLACK = {
   rollupError: { status: 500, headers: TEXT_TYPE, body: 'rollup_error' } as WireReply,
 };
 
-/** ntfy (reference section 4): the published message as JSON, and its error object. */
+/** ntfy: the published message as JSON, and its error object. */
 export const NTFY = {
   published: (req: WireRequest): WireReply => {
     const m = JSON.parse(req.text) as Record<string, unknown>;
