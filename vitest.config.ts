@@ -1,26 +1,41 @@
 import { defineConfig } from 'vitest/config';
 
-// Unit tests sit beside the code (`*.test.ts`); end-to-end suites that start real
-// processes (Redis, opencode) live in test/ as `*.e2e.test.ts`. The machines have
-// 2 cores, so files run with limited parallelism and generous timeouts.
+// Three tiers (`npm test` runs them all):
+// - unit: every test beside the code and in test/ that needs no Redis and starts no
+//   long-lived process; Redis cases of shared suites are left to the redis tier
+//   (VIGIL_TEST_TIER, read by backends() in test/helpers). `npm run test:unit`.
+// - redis: the Redis cases of the suites listed in REDIS (the real Redis at
+//   VIGIL_TEST_REDIS_URL, default 127.0.0.1:6379). A test checks the list is complete.
+// - e2e: suites that start real processes (opencode, vigil serve, npm, a browser).
+// The machines have 2 cores, so files run with limited parallelism and generous timeouts.
+
+export const REDIS = [
+  'core/notifier/notifier.test.ts',
+  'core/store/store.test.ts',
+  'detectors/behavior-breaker/breaker.test.ts',
+  'detectors/no-progress/no-progress.detector.test.ts',
+  'modes/modes.test.ts',
+  'service/server.test.ts',
+];
+export const E2E = ['test/**/*.e2e.test.ts', '**/*.browser.test.ts'];
+const ALL = ['{core,detectors,channels,modes,opencode,service,cli,test}/**/*.test.ts'];
+
 export default defineConfig({
   // Import 'vigil' (and vigil/router, vigil/testing) from source, not from the build.
   resolve: { conditions: ['vigil-source'] },
   ssr: { resolve: { conditions: ['vigil-source'] } },
   test: {
-    include: [
-      'core/**/*.test.ts',
-      'detectors/**/*.test.ts',
-      'channels/**/*.test.ts',
-      'modes/**/*.test.ts',
-      'opencode/**/*.test.ts',
-      'service/**/*.test.ts',
-      'cli/**/*.test.ts',
-      'test/**/*.test.ts',
-    ],
     setupFiles: ['./test/setup.ts'],
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
+    projects: [
+      {
+        extends: true,
+        test: { name: 'unit', include: ALL, exclude: [...E2E, '**/node_modules/**'], env: { VIGIL_TEST_TIER: 'unit' } },
+      },
+      { extends: true, test: { name: 'redis', include: REDIS, env: { VIGIL_TEST_TIER: 'redis' } } },
+      { extends: true, test: { name: 'e2e', include: E2E } },
+    ],
   },
 });

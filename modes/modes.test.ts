@@ -2,7 +2,16 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../builtins.ts';
 import { FakeClock } from '../core/clock.ts';
 import type { Vigil } from '../core/vigil.ts';
-import { behaviour, eventually, flushPrefix, recordingPlugin, testPrefix, testVigil } from '../test/helpers/index.ts';
+import {
+  backends,
+  behaviour,
+  eventually,
+  flushPrefix,
+  recordingPlugin,
+  testPrefix,
+  testVigil,
+  withRedis,
+} from '../test/helpers/index.ts';
 
 // Scenario tests of the response modes through the real engine (store, gate, notifier),
 // with a fake clock. Verdicts are injected as external verdicts so each step is exact;
@@ -61,7 +70,7 @@ const ackAll = async (v: Vigil) => {
 const compactionDone = (v: Vigil, clock: FakeClock) =>
   v.engine.progress([{ kind: 'compaction_done', session_id: ROOT, ts: clock.now(), landed: false }]);
 
-describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => {
+describe.each(backends())('response modes (%s)', (backend) => {
   it('warn: only warnings and alerts; no refusal, no directive but the toast', async () => {
     const { v, b } = await setup(backend, 'warn');
     await verdict(v, 'stalling');
@@ -218,7 +227,7 @@ describe.each(['memory', 'redis'] as const)('response modes (%s)', (backend) => 
   });
 });
 
-describe('with Redis, a hard stop survives a restart', () => {
+describe.runIf(withRedis)('with Redis, a hard stop survives a restart', () => {
   it('a tree refused in stage 3 stays refused for a new instance on the same Redis', async () => {
     const prefix = testPrefix();
     try {

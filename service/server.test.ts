@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
 import { normalizeCall } from '../opencode/normalize.ts';
-import { flushPrefix, testPrefix, testVigil } from '../test/helpers/index.ts';
+import { flushPrefix, testPrefix, testVigil, withMemory, withRedis } from '../test/helpers/index.ts';
 import { buildServer } from './server.ts';
 
 const TOKEN = 'adm1n-t0ken-for-tests';
@@ -42,7 +42,7 @@ const event = (session: string, i: number, extra: Record<string, unknown> = {}) 
 });
 const admin = { authorization: `Bearer ${TOKEN}` };
 
-describe('service API', () => {
+describe.runIf(withMemory)('service API', () => {
   it('accepts one progress event or a batch with 202, and shows the session in the readout', async () => {
     const { app } = await service();
     const one = await app.inject({
@@ -252,7 +252,9 @@ describe('service API', () => {
       expect.arrayContaining(['/progress', '/requests', '/verdicts', '/gate', '/sessions', '/knobs']),
     );
   });
+});
 
+describe.runIf(withRedis)('service API on Redis', () => {
   it('with Redis, PATCHed knobs survive a restart', async () => {
     const prefix = testPrefix();
     try {

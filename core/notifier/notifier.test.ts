@@ -1,12 +1,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import {
+  backends,
   behaviour,
   eventually,
   flushPrefix,
   recordingPlugin,
   testPrefix,
   testVigil,
+  withRedis,
 } from '../../test/helpers/index.ts';
 import { FakeClock } from '../clock.ts';
 import type { Vigil } from '../vigil.ts';
@@ -48,7 +50,7 @@ async function setup(
   return { v, b };
 }
 
-describe.each(['memory', 'redis'] as const)('notifier pipeline (%s)', (backend) => {
+describe.each(backends())('notifier pipeline (%s)', (backend) => {
   it('1,000 triggers of one dedup_key in a burst deliver once', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec', rate_limit: { max: 1000, window: '1m' } }]);
     const results = await Promise.all(Array.from({ length: 1000 }, () => v.notifier.notify(alert())));
@@ -218,7 +220,7 @@ describe.each(['memory', 'redis'] as const)('notifier pipeline (%s)', (backend) 
   });
 });
 
-describe('notifier ordering (redis)', () => {
+describe.runIf(withRedis)('notifier ordering (redis)', () => {
   it('a retried trigger that lost the race with its resolve is not sent after it', async () => {
     const b = behaviour('ok');
     let calls = 0;

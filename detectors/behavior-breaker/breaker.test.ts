@@ -5,6 +5,7 @@ import type { Vigil } from '../../core/vigil.ts';
 import { buildServer } from '../../service/server.ts';
 import {
   type Behaviour,
+  backends,
   behaviour,
   eventually,
   flushPrefix,
@@ -98,7 +99,7 @@ async function badRound(v: Vigil, clock: FakeClock, tag: string) {
   for (const s of ids(`${tag}_b`, 3)) await stall(v, s);
 }
 
-describe.each(['memory', 'redis'] as const)('behavior breaker (%s)', (backend) => {
+describe.each(backends())('behavior breaker (%s)', (backend) => {
   it('trips one model stalling across 3 sessions while the others are healthy: one critical alert, gate skips that model only', async () => {
     const { v, clock, b } = await setup(backend);
     await serve(v, clock, BAD, ids('b', 4));

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../../core/vigil.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
-import { flushPrefix, testPrefix, testVigil } from '../../test/helpers/index.ts';
+import { backends, flushPrefix, testPrefix, testVigil, withRedis } from '../../test/helpers/index.ts';
 import { type JudgeInput, Tracker } from './judge.ts';
 import { defaultKnobs } from './knobs.ts';
 import type { NoProgressDetector } from './no-progress.detector.ts';
@@ -55,11 +55,11 @@ afterAll(async () => {
 describe('no-progress detector (store-backed) agrees with the Tracker', () => {
   const { t, worst } = expected(cal.inputs);
 
-  it.each(['memory', 'redis'] as const)(
+  it.each(backends())(
     'on every calibration session (%s)',
     async (backend) => {
       const prefix = testPrefix();
-      prefixes.push(prefix);
+      if (backend === 'redis') prefixes.push(prefix);
       const v = await testVigil({ backend, prefix });
       try {
         const got = await feed([v], cal.inputs);
@@ -74,26 +74,30 @@ describe('no-progress detector (store-backed) agrees with the Tracker', () => {
     120_000,
   );
 
-  it('two instances on one Redis, events alternating between them, agree with one process', async () => {
-    const prefix = testPrefix();
-    prefixes.push(prefix);
-    const a = await testVigil({ backend: 'redis', prefix });
-    const b = await testVigil({ backend: 'redis', prefix });
-    try {
-      // The flagged item-3 worker and the orchestrator with its children.
-      const pick = new Set(
-        cal.cases.filter((c) => /item 3|orchestrator \(Atlas\)/i.test(c.name) || c.parent).map((c) => c.id),
-      );
-      const inputs = cal.inputs.filter((i) => pick.has(idOf(i)));
-      const one = expected(inputs);
-      const got = await feed([a, b], inputs);
-      for (const id of pick) {
-        expect(got.get(id) ?? 'ok', id).toBe(one.worst.get(id) ?? 'ok');
-        expect((await np(b).effective(id)).level, id).toBe(one.t.verdict(id)?.level ?? 'ok');
+  it.runIf(withRedis)(
+    'two instances on one Redis, events alternating between them, agree with one process',
+    async () => {
+      const prefix = testPrefix();
+      prefixes.push(prefix);
+      const a = await testVigil({ backend: 'redis', prefix });
+      const b = await testVigil({ backend: 'redis', prefix });
+      try {
+        // The flagged item-3 worker and the orchestrator with its children.
+        const pick = new Set(
+          cal.cases.filter((c) => /item 3|orchestrator \(Atlas\)/i.test(c.name) || c.parent).map((c) => c.id),
+        );
+        const inputs = cal.inputs.filter((i) => pick.has(idOf(i)));
+        const one = expected(inputs);
+        const got = await feed([a, b], inputs);
+        for (const id of pick) {
+          expect(got.get(id) ?? 'ok', id).toBe(one.worst.get(id) ?? 'ok');
+          expect((await np(b).effective(id)).level, id).toBe(one.t.verdict(id)?.level ?? 'ok');
+        }
+      } finally {
+        await a.close();
+        await b.close();
       }
-    } finally {
-      await a.close();
-      await b.close();
-    }
-  }, 120_000);
+    },
+    120_000,
+  );
 });

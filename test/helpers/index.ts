@@ -14,6 +14,19 @@ import { createVigil, type VigilOptions } from '../../index.ts';
 
 export const REDIS_URL = process.env.VIGIL_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
+/** The test tier running (vitest.config.ts): unit runs the memory cases, redis the Redis ones. */
+const TIER = process.env.VIGIL_TEST_TIER;
+
+/** The backends a shared suite runs in this tier (both when a file is run on its own). */
+export function backends(): ('memory' | 'redis')[] {
+  return TIER === 'unit' ? ['memory'] : TIER === 'redis' ? ['redis'] : ['memory', 'redis'];
+}
+
+/** Whether this tier runs Redis-only cases (describe.runIf(withRedis)). */
+export const withRedis = TIER !== 'unit';
+/** Whether this tier runs memory-only cases. */
+export const withMemory = TIER !== 'redis';
+
 /** A key prefix of its own per test run, deleted after. */
 export function testPrefix(): string {
   return `vigil-test-${randomUUID().slice(0, 8)}`;
