@@ -11,7 +11,6 @@ import {
   type WireReply,
   type WireRequest,
   type WireServer,
-  wireServer,
 } from '../../test/helpers/wire-servers.ts';
 import { ChannelKit, channelContract } from '../testing/index.ts';
 import { DETAILS_REMOVED, MAX_EVENT_BYTES, pagerDutyEvent } from './pagerduty.event.ts';

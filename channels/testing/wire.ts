@@ -91,4 +91,3 @@ export function captureLogger(): { logger: Logger; lines: string[]; text(): stri
   });
   return { logger: createLogger({ destination, level: 'debug' }), lines, text: () => lines.join('') };
 }
-

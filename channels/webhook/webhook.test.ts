@@ -17,7 +17,6 @@ import {
   type WireReply,
   type WireRequest,
   type WireServer,
-  wireServer,
 } from '../../test/helpers/wire-servers.ts';
 import { ChannelKit, channelContract } from '../testing/index.ts';
 import { ntfySequenceId, slackPayload, webhookId } from './webhook.formats.ts';
