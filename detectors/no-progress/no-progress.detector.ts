@@ -175,7 +175,7 @@ export class NoProgressDetector {
     const { s, from } = this.live ? this.live.mutateNow(id, apply) : await this.repo.mutate(id, apply);
     let out: VerdictTransition[] = NONE;
     if (s.level !== from) out = this.collect(out, id, s, from, ext, k);
-    const r = rollUpOf(input);
+    const r = rollUpOf(input, s);
     if (r) {
       const ancestors = this.cachedAncestors(id) ?? (await this.ancestors(id));
       for (const anc of ancestors) {
