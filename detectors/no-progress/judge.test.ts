@@ -590,8 +590,8 @@ describe('repeat landings', () => {
             const st = t.state('w') as SessionState;
             if (flaggedAt < 0 && st.level > 0) flaggedAt = n;
             const pt = verdictOf(t.state('p') as SessionState, k).signals.turns_since_landed;
-            // after the run's first landing, the parent never resets again
-            if (n > 1 && pt < parentTurns) return false;
+            // after the run's first landing the parent never resets: each landing adds a turn
+            if (n > 1 && pt <= parentTurns) return false;
             parentTurns = pt;
             // between landings: 0 to 4 calls that land nothing, from a small pool (repeats allowed)
             for (let g = 0; g < gaps[n % gaps.length]; g++) s(tool('w', `between ${(n + g) % (pool + 1)}`));
