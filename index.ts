@@ -4,9 +4,9 @@ import 'reflect-metadata';
 import { createRegistry } from './builtins.ts';
 import { createKernel, type KernelOptions, type Vigil } from './core/vigil.ts';
 
-export * from './core/index.ts';
 /** The zod a plugin's options schema should use (the same instance Vigil composes its config with). */
 export { z } from 'zod';
+export * from './core/index.ts';
 export { createRegistry };
 
 export type VigilOptions = Omit<KernelOptions, 'registry'> & {

@@ -1,9 +1,8 @@
 #!/usr/bin/env node
+import { register as registerHooks } from 'node:module';
 // Runs a TypeScript script (bench/*.ts, test helpers) through tsx: node bin/run-ts.mjs FILE [args]
 import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { register as registerHooks } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { register } from 'tsx/esm/api';
 
 registerHooks('./source-conditions.mjs', import.meta.url);

@@ -124,6 +124,8 @@ export const VERDICT_RULES = [
   'continuation',
   'novelty',
   'ceiling',
+  'landed_repeat',
+  'identical_run',
 ] as const;
 export type VerdictRule = (typeof VERDICT_RULES)[number];
 
@@ -143,6 +145,10 @@ export const VerdictSignalsSchema = z.strictObject({
   top_count: z.number().int().min(0),
   /** Lower bound of the most repeated exact call that is still recurring (seen within the window span). */
   session_repeat: z.number().int().min(0),
+  /** Landed events in the current run of one write fingerprint (repeats are not progress). */
+  landed_repeat: z.number().int().min(0).default(0),
+  /** Length of the current unbroken run of one call with one exit. */
+  identical_run: z.number().int().min(0).default(0),
   /** Continuation turns since the last landed event. */
   continuation_turns: z.number().int().min(0),
   /** Read-only agents: share of first-seen calls among the last `novelty_window` calls (null otherwise). */
@@ -150,7 +156,7 @@ export const VerdictSignalsSchema = z.strictObject({
   read_only: z.boolean(),
   /** Tool calls seen in this session. */
   calls: z.number().int().min(0),
-  /** Landed events of this session (its own, not its children's). */
+  /** Landed events of this session that counted (its own, not its children's; repeats excluded). */
   landed: z.number().int().min(0),
 });
 export type VerdictSignals = z.output<typeof VerdictSignalsSchema>;

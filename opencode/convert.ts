@@ -2,13 +2,13 @@ import type { MarkerEvent, ProgressEvent, RequestRecord, ToolEvent } from '../co
 import { type CallFingerprint, normalizeCall } from './normalize.ts';
 
 // Converters from opencode 1.18 shapes (verified against a real 1.18.33, see
-// /work/shared/reference/opencode-1.18.md and test/fixtures/opencode-export/) to
+// docs/opencode.md and test/fixtures/opencode-export/) to
 // progress events and request records. Pure: no I/O, no clock (the caller passes
 // `ts` where opencode gives none). Nothing of the call's content survives: arguments
 // are reduced to a fingerprint and a coarse target, outputs to an exit code and a
 // landed flag.
 //
-// landed (deliberately narrow, seed 000 section 2):
+// landed (deliberately narrow, docs/detection.md):
 // - edit / write / patch with a non-empty `metadata.diff`, or `metadata.filediff` with
 //   additions + deletions > 0. opencode 1.18's `write` reports no diff at all
 //   (`metadata: {diagnostics, filepath, exists}`), so a completed write without a

@@ -6,7 +6,7 @@ import { posix } from 'node:path';
 // stored), a coarse target (stored, shown in reports) and two facts the landed rules
 // need (a git commit, a test or lint command).
 //
-// Key rules (the prototype's findings, seed 000 "Phases"):
+// Key rules (what a prototype judge learnt on real loops, docs/detection.md):
 // - read: path + offset + limit. Sliced reading (new offsets) stays distinct.
 // - bash: the files the command references plus the numbers in it (the slice), under a
 //   command class. The class is `view` when every segment of the command only looks at

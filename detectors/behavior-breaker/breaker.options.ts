@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { duration } from '../../core/duration.ts';
 
-// The `breaker` config section (seed 000 section 8): trip a model whose sessions stall
+// The `breaker` config section (docs/detection.md, the behavior breaker): trip a model whose sessions stall
 // well above the other models' rate on the same window's traffic. Live through Knobs.
 
 export const BreakerOptionsSchema = z

@@ -29,7 +29,8 @@ describe('calibration fixture', () => {
     expect(s.calls).toBe(c.calls);
     const dup = (s.calls - s.fps.size) / s.calls;
     if (c.dupShare >= 0) expect(Math.abs(dup - c.dupShare)).toBeLessThan(0.006);
-    else if (c.label === 'ok') expect(dup).toBeLessThanOrEqual(0.06);
+    else if (c.label === 'ok') expect(dup).toBeLessThanOrEqual(c.maxDupShare ?? 0.06);
+    else if (c.maxDupShare !== undefined) expect(dup).toBeLessThanOrEqual(c.maxDupShare);
     const worst = Math.max(...s.fps.values());
     if (c.worst > 0) expect(worst).toBe(c.worst);
     if (c.landed === true) expect(s.landed).toBeGreaterThan(0);
@@ -47,6 +48,80 @@ describe('calibration fixture', () => {
     const healthy = cal.cases.filter((c) => c.id.startsWith('ses_cal_healthy_'));
     expect(healthy.map((c) => c.calls)).toEqual([30, 52, 74, 96]);
     for (const c of healthy) expect(c.parent).toBe('ses_cal_atlas');
+  });
+
+  const toolEvents = (id: string) =>
+    cal.inputs.flatMap((i) =>
+      i.type === 'progress' && i.event.kind === 'tool' && i.event.session_id === id ? [i.event] : [],
+    );
+  /** Longest run of consecutive events with one fingerprint and one exit. */
+  const longestRun = (id: string, pick = (_t: string) => true) => {
+    let best = 0;
+    let run = 0;
+    let prev = '';
+    for (const e of toolEvents(id)) {
+      const key = `${e.fingerprint}:${e.exit}`;
+      run = key === prev ? run + 1 : 1;
+      prev = key;
+      if (pick(e.tool) && run > best) best = run;
+    }
+    return best;
+  };
+  /** Landed events of the longest run of one fingerprint landing with nothing else landing between. */
+  const landingRun = (id: string) => {
+    let best = 0;
+    let run = 0;
+    let prev = '';
+    for (const e of toolEvents(id)) {
+      if (!e.landed) continue;
+      run = e.fingerprint === prev ? run + 1 : 1;
+      prev = e.fingerprint;
+      best = Math.max(best, run);
+    }
+    return best;
+  };
+
+  it('has the loops that land and the one-file refactor', () => {
+    expect(landingRun('ses_cal_land_repeat_13')).toBe(13);
+    expect(landingRun('ses_cal_land_repeat_18')).toBe(18);
+    expect(landingRun('ses_cal_land_repeat_34')).toBe(34);
+    expect(landingRun('ses_cal_refactor_one_file')).toBe(9);
+    // between the 18 landings the reads are all new: only the landings repeat
+    const lr18 = toolEvents('ses_cal_land_repeat_18').slice(24);
+    expect(new Set(lr18.filter((e) => !e.landed).map((e) => e.fingerprint)).size).toBe(36);
+  });
+
+  it('has orchestrators working for hours, a child every 50 to 90 own calls, every child landing', () => {
+    for (const id of ['ses_cal_orch_long', 'ses_cal_orch_long2']) {
+      const own = toolEvents(id);
+      expect(own.length).toBeGreaterThanOrEqual(800);
+      const tasks = own.flatMap((e, i) => (e.tool === 'task' ? [i] : []));
+      // 4 own calls after each dispatch (log, diff, todo), then 50 to 90 before the next
+      for (let j = 1; j < tasks.length; j++) expect(tasks[j] - tasks[j - 1]).toBeGreaterThanOrEqual(54);
+      for (let j = 1; j < tasks.length; j++) expect(tasks[j] - tasks[j - 1]).toBeLessThanOrEqual(94);
+      expect(own[own.length - 1].ts - own[0].ts).toBeGreaterThan(3 * 3600_000);
+      const kids = cal.cases.filter((c) => c.parent === id && c.id !== 'ses_cal_read_run_25');
+      expect(kids.length).toBe(tasks.length - (id === 'ses_cal_orch_long2' ? 1 : 0));
+      for (const c of kids) expect(byId.get(c.id)?.landed).toBeGreaterThan(0);
+      // its routine: dozens of one call over the session, few in any 60 of its own calls
+      const counts = [...(byId.get(id)?.fps.values() ?? [])].sort((a, b) => b - a);
+      expect(counts[0]).toBeGreaterThan(20);
+    }
+    const stuck = toolEvents('ses_cal_orch_stuck');
+    expect(stuck.filter((e) => e.tool === 'task')).toHaveLength(3);
+    const lastTask = stuck.map((e) => e.tool).lastIndexOf('task');
+    expect(stuck.length - lastTask).toBeGreaterThan(150);
+  });
+
+  it('has the identical runs, and polls that are not (runs of one fingerprint and exit)', () => {
+    expect(longestRun('ses_cal_read_run_25')).toBe(25);
+    expect(toolEvents('ses_cal_read_run_25')).toHaveLength(31);
+    expect(longestRun('ses_cal_bash_run_30')).toBe(30);
+    expect(longestRun('ses_cal_poll_blind')).toBe(10);
+    expect(longestRun('ses_cal_poll_changing', (t) => t === 'bash')).toBeLessThanOrEqual(4);
+    expect(longestRun('ses_cal_poll_changing', (t) => t === 'read')).toBe(3);
+    const polls = toolEvents('ses_cal_poll_changing').filter((e) => e.target === 'curl');
+    expect(new Set(polls.map((e) => e.exit)).size).toBeGreaterThanOrEqual(3);
   });
 
   it('emits only inputs the wire schemas accept', () => {

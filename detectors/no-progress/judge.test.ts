@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type ProgressEvent, type RequestRecord, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
 import { sha256Hex } from '../../opencode/normalize.ts';
-import { generateCalibration } from '../../test/fixtures/calibration.ts';
+import { generateCalibration, rng } from '../../test/fixtures/calibration.ts';
 import {
   ancestorsOf,
   applyRollUps,
@@ -14,8 +14,11 @@ import {
   newSessionState,
   onProgress,
   onRequest,
+  onRollup,
+  rollUpOf,
   type SessionState,
   Tracker,
+  topTargets,
   verdictOf,
 } from './judge.ts';
 import { defaultKnobs, NoProgressKnobsSchema } from './knobs.ts';
@@ -96,6 +99,43 @@ describe('calibration cases (incident #8)', () => {
     expect(LEVELS[replay(orphaned).worst.get('ses_cal_atlas') ?? 0]).not.toBe('ok');
   });
 
+  it('flags the loops that land, by their repeat landings, and not the one-file refactor', () => {
+    for (const id of ['ses_cal_land_repeat_13', 'ses_cal_land_repeat_18', 'ses_cal_land_repeat_34']) {
+      expect(LEVELS[worst.get(id) ?? 0]).not.toBe('ok');
+    }
+    expect(LEVELS[worst.get('ses_cal_land_repeat_34') ?? 0]).toBe('looping');
+    expect(t.verdict('ses_cal_land_repeat_34')).toMatchObject({ rule: 'landed_repeat', signals: { landed: 3 } });
+    expect(t.verdict('ses_cal_land_repeat_34')?.reason).toMatch(
+      /the same edit landed \d+ times: a repeat, not progress/,
+    );
+    expect(LEVELS[worst.get('ses_cal_refactor_one_file') ?? 0]).toBe('ok');
+  });
+
+  it('keeps the orchestrators that work for hours ok through their trees, not the one that spins', () => {
+    for (const id of ['ses_cal_orch_long', 'ses_cal_orch_long2']) {
+      expect(LEVELS[worst.get(id) ?? 0]).toBe('ok');
+      // its routine adds up over the session: the whole-session rule alone would flag it
+      expect(topTargets(t.state(id) as SessionState, 1)[0].count).toBeGreaterThan(k.session_repeat_loop);
+    }
+    expect(LEVELS[worst.get('ses_cal_orch_stuck') ?? 0]).toBe('looping');
+  });
+
+  it('takes an unbroken identical read run to looping well before 60 calls', () => {
+    const run = replay(cal.inputs);
+    let events = 0;
+    let loopAt = -1;
+    const t2 = new Tracker(k);
+    for (const i of cal.inputs) {
+      if (i.type === 'progress' && i.event.session_id === 'ses_cal_read_run_25') events++;
+      for (const c of t2.apply(i)) if (c.session_id === 'ses_cal_read_run_25' && c.to === 'looping') loopAt = events;
+    }
+    expect(LEVELS[run.worst.get('ses_cal_read_run_25') ?? 0]).toBe('looping');
+    // 6 calls of work, then the run: looping at its lookup_run_loop-th read
+    expect(loopAt).toBe(6 + k.lookup_run_loop);
+    expect(LEVELS[worst.get('ses_cal_poll_changing') ?? 0]).toBe('ok');
+    expect(LEVELS[worst.get('ses_cal_poll_blind') ?? 0]).toBe('ok');
+  });
+
   it('is deterministic', () => {
     const again = replay(cal.inputs).worst;
     expect([...again]).toEqual([...worst]);
@@ -107,13 +147,16 @@ describe('stalling and looping', () => {
     const s = newSessionState(k);
     // 30 turns of distinct calls: no landed change, but no repeats either
     for (let i = 0; i < 30; i++) expect(turn(s, `distinct ${i}`)).toBe(0);
-    // now the same read over and over
+    // now the same read over and over, every other call (never an unbroken run)
     let level = 0;
-    let at = 0;
-    for (let i = 0; i < 12 && level === 0; i++, at = i) level = turn(s, 'read navbar.js');
+    let reads = 0;
+    for (let i = 0; i < 24 && level === 0; i++) {
+      if (i % 2 === 0) reads++;
+      level = turn(s, i % 2 === 0 ? 'read navbar.js' : `between ${i}`);
+    }
     expect(LEVELS[level]).toBe('stalling');
-    expect(at).toBeLessThanOrEqual(12);
-    expect(verdictOf(s, k).signals.top_target).toBe('read read navbar.js');
+    expect(reads).toBe(k.top_warn);
+    expect(verdictOf(s, k)).toMatchObject({ rule: 'top_repeat', signals: { top_target: 'read read navbar.js' } });
   });
 
   it('goes from stalling to looping at the loop thresholds', () => {
@@ -231,7 +274,10 @@ describe('read-only agents', () => {
 
   it('stall on repeats of one call (8), with no landed-change precondition', () => {
     const s = ro();
-    for (let i = 0; i < 7; i++) onProgress(s, tool('e', 'read SPEC.md'), k);
+    for (let i = 0; i < 7; i++) {
+      onProgress(s, tool('e', 'read SPEC.md'), k);
+      onProgress(s, tool('e', `elsewhere ${i}`), k);
+    }
     expect(s.level).toBe(0);
     onProgress(s, tool('e', 'read SPEC.md'), k);
     expect(verdictOf(s, k)).toMatchObject({ level: 'stalling', rule: 'top_repeat' });
@@ -313,10 +359,10 @@ describe('state encoding', () => {
     }
   });
 
-  it('is compact: a fresh session under 256 bytes, a full window under 3 KB', () => {
+  it('is compact: a fresh session under 320 bytes, a full window under 3 KB', () => {
     const s = newSessionState(k);
     onProgress(s, tool('x', 'a', { agent: 'build' }), k);
-    expect(encodeState(s).length).toBeLessThan(256);
+    expect(encodeState(s).length).toBeLessThan(320);
     for (let i = 0; i < 100; i++) onProgress(s, tool('x', `c${i}`), k);
     expect(encodeState(s).length).toBeLessThan(3_000);
   });
@@ -354,7 +400,7 @@ describe('Tracker', () => {
     const changes = [];
     for (let i = 0; i < 40; i++) {
       changes.push(...t.applyRequest(request('w')));
-      changes.push(...t.applyProgress(tool('w', 'read navbar.js')));
+      changes.push(...t.applyProgress(tool('w', i % 2 ? `other ${i}` : 'read navbar.js')));
     }
     expect(changes.map((c) => `${c.from}->${c.to}`)).toEqual(['ok->stalling']);
     expect(changes[0].verdict.reason).toMatch(/^stalling: /);
@@ -436,5 +482,347 @@ describe('whole-session table (Space-Saving)', () => {
     for (let i = 0; i < 600; i++) events.push(tool('h', i % 10 === 0 ? 'heavy' : `d${i}`));
     for (const e of events) onProgress(s, e, k);
     expect(verdictOf(s, k).signals.session_repeat).toBeGreaterThanOrEqual(50);
+  });
+});
+
+/** A tool event that lands (an edit with a diff). */
+const landing = (session: string, file: string, o: Partial<ToolEvent> = {}) =>
+  tool(session, `edit ${file}`, { tool: 'edit', target: file, landed: true, ...o });
+
+describe('repeat landings', () => {
+  it('are not progress: the same write landing again does not reset the counters', () => {
+    const s = newSessionState(k);
+    turn(s, 'edit nav.js', { tool: 'edit', landed: true });
+    expect(s.landedNow).toBe(true);
+    for (let i = 0; i < 5; i++) turn(s, `look ${i}`);
+    turn(s, 'edit nav.js', { tool: 'edit', landed: true });
+    expect(s.landedNow).toBe(false);
+    expect(verdictOf(s, k).signals).toMatchObject({ turns_since_landed: 6, landed: 1, landed_repeat: 2 });
+    // another file landing is progress again
+    turn(s, 'edit other.js', { tool: 'edit', landed: true });
+    expect(s.landedNow).toBe(true);
+    expect(verdictOf(s, k).signals).toMatchObject({ turns_since_landed: 0, landed: 2, landed_repeat: 1 });
+  });
+
+  it('count only within the window: the same file landing again much later is progress', () => {
+    const s = newSessionState(k);
+    turn(s, 'edit nav.js', { tool: 'edit', landed: true });
+    for (let i = 0; i < k.window; i++) turn(s, `work ${i}`);
+    turn(s, 'edit nav.js', { tool: 'edit', landed: true });
+    expect(s.landedNow).toBe(true);
+    expect(verdictOf(s, k).signals.turns_since_landed).toBe(0);
+  });
+
+  it('flag a run: stalling at landed_repeat_warn, looping at landed_repeat_loop, named in the reason', () => {
+    // the run's own rule, apart from the window rules its counters now also feed
+    const kk = NoProgressKnobsSchema.parse({ stall_turns: 200, loop_turns: 200, stall_usd: 100, loop_usd: 100 });
+    const s = newSessionState(kk);
+    for (let i = 0; i < 10; i++) onProgress(s, tool('s', `work ${i}`), kk);
+    const levels: number[] = [];
+    for (let i = 0; i < kk.landed_repeat_loop; i++) {
+      levels.push(onProgress(s, tool('s', 'edit nav.js', { tool: 'edit', target: 'src/nav.js', landed: true }), kk));
+      onProgress(s, tool('s', `read nav.js at offset ${i * 40}`, { target: 'src/nav.js' }), kk);
+    }
+    expect(levels.indexOf(1)).toBe(kk.landed_repeat_warn - 1);
+    expect(levels.indexOf(2)).toBe(kk.landed_repeat_loop - 1);
+    const v = verdictOf(s, kk);
+    expect(v).toMatchObject({ level: 'looping', rule: 'landed_repeat' });
+    expect(v.reason).toContain(
+      `the same edit landed ${kk.landed_repeat_loop} times: a repeat, not progress (edit src/nav.js)`,
+    );
+    expect(VerdictSchema.parse(v)).toEqual(v);
+  });
+
+  it('never applies to shell landings: a commit or a test fix proves a new state', () => {
+    const s = newSessionState(k);
+    for (let i = 0; i < 20; i++) turn(s, 'git commit', { tool: 'bash', target: 'git commit', landed: true });
+    expect(s.landedNow).toBe(true);
+    expect(verdictOf(s, k).signals).toMatchObject({ landed: 20, landed_repeat: 1 });
+  });
+
+  it('do not reset the ancestors either (Tracker and the service roll-up alike)', () => {
+    const t = new Tracker(k);
+    for (let i = 0; i < 5; i++) t.applyRequest(request('root'));
+    t.applyProgress(landing('kid', 'nav.js', { parent_session_id: 'root' }));
+    expect(t.verdict('root')?.signals.turns_since_landed).toBe(0);
+    for (let i = 0; i < 6; i++) {
+      t.applyRequest(request('kid', { parent_session_id: 'root' }));
+      t.applyProgress(landing('kid', 'nav.js', { parent_session_id: 'root' }));
+    }
+    expect(t.verdict('root')?.signals.turns_since_landed).toBe(6);
+    expect(t.state('root')?.treeLandings).toBe(1);
+
+    // the service shell: apply, then roll up what the judge says counted
+    const kid = newSessionState(k);
+    const root = newSessionState(k);
+    const up = (ev: ToolEvent) => {
+      const input: JudgeInput = { type: 'progress', event: ev };
+      onProgress(kid, ev, k);
+      const r = rollUpOf(input, kid);
+      if (r) onRollup(root, r, k);
+      return r;
+    };
+    expect(up(landing('kid', 'a.js'))?.landed).toBe(true);
+    expect(up(landing('kid', 'a.js'))?.landed).toBe(false);
+    expect(up(landing('kid', 'b.js'))?.landed).toBe(true);
+    expect(root.treeLandings).toBe(2);
+  });
+
+  it('property: one write landing N times in a row, nothing else landing, is flagged within N landings', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 40 }),
+        fc.integer({ min: 0, max: 20 }),
+        fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 40, maxLength: 40 }),
+        fc.integer({ min: 0, max: 5 }),
+        fc.boolean(),
+        (prefix, extra, gaps, pool, withRequests) => {
+          const t = new Tracker(k);
+          const s = (ev: ToolEvent) => {
+            if (withRequests) t.applyRequest(request('w', { parent_session_id: 'p' }));
+            t.applyProgress({ ...ev, parent_session_id: 'p' });
+          };
+          for (let i = 0; i < prefix; i++) s(i % 7 === 3 ? landing('w', `prefix${i}.js`) : tool('w', `prefix ${i}`));
+          let flaggedAt = -1;
+          let parentTurns = -1;
+          for (let n = 1; n <= k.landed_repeat_warn + extra; n++) {
+            s(landing('w', 'loop.js'));
+            const st = t.state('w') as SessionState;
+            if (flaggedAt < 0 && st.level > 0) flaggedAt = n;
+            const pt = verdictOf(t.state('p') as SessionState, k).signals.turns_since_landed;
+            // after the run's first landing the parent never resets: each landing adds a turn
+            if (n > 1 && pt <= parentTurns) return false;
+            parentTurns = pt;
+            // between landings: 0 to 4 calls that land nothing, from a small pool (repeats allowed)
+            for (let g = 0; g < gaps[n % gaps.length]; g++) s(tool('w', `between ${(n + g) % (pool + 1)}`));
+          }
+          return flaggedAt > 0 && flaggedAt <= k.landed_repeat_warn;
+        },
+      ),
+      { seed: 18, numRuns: 150 },
+    );
+  });
+});
+
+describe('identical runs', () => {
+  it('take an unbroken run of one lookup to stalling at lookup_run_warn and looping at lookup_run_loop', () => {
+    const s = newSessionState(k);
+    for (let i = 0; i < 6; i++) turn(s, `work ${i}`);
+    const levels: number[] = [];
+    for (let i = 0; i < 25; i++) levels.push(turn(s, 'read settings.js', { target: 'src/settings.js' }));
+    expect(levels.indexOf(1)).toBe(k.lookup_run_warn - 1);
+    expect(levels.indexOf(2)).toBe(k.lookup_run_loop - 1);
+    expect(verdictOf(s, k)).toMatchObject({ level: 'looping', rule: 'identical_run', signals: { identical_run: 25 } });
+    expect(verdictOf(s, k).reason).toContain('read src/settings.js x25 in a row, the same exit each time');
+  });
+
+  it('give other calls (polls) the higher run_* thresholds', () => {
+    const s = newSessionState(k);
+    for (let i = 0; i < k.run_warn - 1; i++) turn(s, 'gh pr checks 42', { tool: 'bash', exit: 8 });
+    expect(s.level).toBe(0);
+    turn(s, 'gh pr checks 42', { tool: 'bash', exit: 8 });
+    expect(verdictOf(s, k)).toMatchObject({ level: 'stalling', rule: 'identical_run' });
+  });
+
+  it('break when the exit changes, when the command numbers change, or after a compaction', () => {
+    // (40 polls of one command with nothing landing still fill the window with
+    // duplicates: that rule is not about runs)
+    const exits = newSessionState(k);
+    for (let i = 0; i < 40; i++) {
+      turn(exits, 'curl health', { tool: 'bash', exit: [7, 7, 22, 0][i % 4] });
+      expect(verdictOf(exits, k).signals.identical_run).toBeLessThanOrEqual(2);
+      expect(verdictOf(exits, k).rule).not.toBe('identical_run');
+    }
+
+    const numbers = newSessionState(k);
+    for (let i = 0; i < 30; i++) turn(numbers, `tail -n +${i * 40} dev.log`, { tool: 'bash' });
+    expect(verdictOf(numbers, k)).toMatchObject({ level: 'ok', signals: { identical_run: 1 } });
+
+    const aborted = newSessionState(k);
+    turn(aborted, 'x', { tool: 'bash', exit: 0 });
+    turn(aborted, 'x', { tool: 'bash', exit: null });
+    expect(verdictOf(aborted, k).signals.identical_run).toBe(1);
+
+    const compacted = newSessionState(k);
+    for (let i = 0; i < k.lookup_run_warn - 1; i++) turn(compacted, 'read a.js');
+    onProgress(compacted, { kind: 'compaction_done', session_id: 's', landed: false, ts: 1 }, k);
+    turn(compacted, 'read a.js');
+    expect(verdictOf(compacted, k).signals.identical_run).toBe(1);
+    expect(compacted.level).toBe(0);
+  });
+
+  it('property: polling whose exit changes every few calls never reaches a run flag', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 200 }), (exits) => {
+        const s = newSessionState(k);
+        let prev = -1;
+        let same = 0;
+        for (const e of exits) {
+          same = e === prev ? same + 1 : 1;
+          prev = e;
+          // a poll changes its result at least every run_warn - 1 calls
+          const exit = same >= k.run_warn ? (e + 1) % 4 : e;
+          if (exit !== e) {
+            prev = exit;
+            same = 1;
+          }
+          turn(s, 'poll the server', { tool: 'bash', exit });
+          if (verdictOf(s, k).rule === 'identical_run') return false;
+        }
+        return true;
+      }),
+      { seed: 6, numRuns: 100 },
+    );
+  });
+});
+
+/**
+ * An orchestrator tree: per cycle, `own` calls of its own (a routine call every
+ * `every` calls: status, plan read, todo write, in turn), a dispatch, then a child of
+ * `kid` calls that lands at `lands` positions, then a log check. One request per call.
+ */
+function orchestratorTree(seed: number, cycles: number, every: number): JudgeInput[] {
+  const r = rng(seed);
+  const out: JudgeInput[] = [];
+  const call = (session: string, c: string, o: Partial<ToolEvent> = {}) => {
+    const parent = session === 'orch' ? undefined : { parent_session_id: 'orch' };
+    out.push({ type: 'request', record: request(session, { cost_usd: 0.004, ...parent }) });
+    out.push({ type: 'progress', event: tool(session, c, { ...parent, ...o }) });
+  };
+  const routine = ['git status --short', 'read .omo/plans/plan.md', 'todowrite in progress'];
+  let n = 0;
+  let turnOf = 0;
+  for (let c = 0; c < cycles; c++) {
+    const own = 20 + Math.floor(r() * 71);
+    for (let i = 0; i < own; i++, n++) call('orch', n % every === 0 ? routine[turnOf++ % 3] : `orch look ${n}`);
+    call('orch', 'task sisyphus-junior', { tool: 'task' });
+    const kid = `kid${c}`;
+    const len = 10 + Math.floor(r() * 51);
+    const first = Math.floor(r() * Math.min(len, 30));
+    const last = Math.max(first, len - 1 - Math.floor(r() * 20));
+    for (let i = 0; i < len; i++) {
+      const lands = i === first || i === last || r() < 0.05;
+      call(kid, lands ? `edit ${kid} file ${i}` : `${kid} look ${i}`, lands ? { tool: 'edit', landed: true } : {});
+    }
+    call('orch', 'git log --oneline -5', { tool: 'bash' });
+  }
+  return out;
+}
+
+describe('orchestrators, judged by their trees', () => {
+  it('stay ok while the children land, though routine repeats add up over the session', () => {
+    const inputs = orchestratorTree(3, 24, 8);
+    const { t, worst } = replay(inputs);
+    expect(worst.get('orch') ?? 0).toBe(0);
+    expect(t.verdict('orch')?.signals.session_repeat).toBeGreaterThan(k.session_repeat_loop);
+    // the same orchestrator without its children's roll-ups is flagged on those repeats
+    const own = inputs.filter(
+      (i) => (i.type === 'progress' ? i.event.session_id : i.type === 'request' ? i.record.session_id : '') === 'orch',
+    );
+    expect(replay(own).worst.get('orch')).toBeGreaterThan(0);
+  });
+
+  it('lose the grace once the tree has not landed for tree_grace_turns turns', () => {
+    const t = new Tracker(k);
+    for (let i = 0; i < k.tree_min_landings; i++)
+      t.applyProgress(landing('kid', `f${i}.js`, { parent_session_id: 'o' }));
+    const levels: number[] = [];
+    for (let i = 0; i < k.tree_grace_turns + 10; i++) {
+      t.applyRequest(request('o'));
+      t.applyProgress(tool('o', i % 10 === 0 ? 'git status' : `look ${i}`));
+      levels.push((t.state('o') as SessionState).level);
+    }
+    expect(levels.indexOf(1)).toBe(k.tree_grace_turns - 1);
+    expect(t.verdict('o')?.rule).toBe('session_repeat');
+  });
+
+  it('still count their window: an orchestrator spinning on its routine is flagged inside the grace', () => {
+    const t = new Tracker(k);
+    for (let i = 0; i < 5; i++) t.applyProgress(landing('kid', `f${i}.js`, { parent_session_id: 'o' }));
+    for (let i = 0; i < 40; i++) {
+      t.applyRequest(request('o'));
+      t.applyProgress(tool('o', i % 2 ? 'git status' : `read plan ${i % 6}`));
+    }
+    expect(verdictOf(t.state('o') as SessionState, k).signals.turns_since_landed).toBeLessThan(k.tree_grace_turns);
+    expect(t.verdict('o')?.level).not.toBe('ok');
+  });
+
+  it('property: a healthy orchestrator tree with steadily landing children never stalls the orchestrator', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 4, max: 30 }),
+        fc.integer({ min: 6, max: 20 }),
+        (seed, cycles, every) => {
+          const { worst } = replay(orchestratorTree(seed, cycles, every));
+          return (worst.get('orch') ?? 0) === 0;
+        },
+      ),
+      { seed: 2, numRuns: 40 },
+    );
+  });
+});
+
+describe('event kinds', () => {
+  it('ignores a kind it does not know (another detector reads it)', () => {
+    const s = newSessionState(k);
+    for (let i = 0; i < 30; i++) turn(s, 'read a.js');
+    const before = encodeState(s);
+    const other = { kind: 'session_idle', session_id: 's', landed: false, ts: s.lastTs } as unknown as ProgressEvent;
+    onProgress(s, other, k);
+    expect(encodeState(s)).toEqual(before);
+    expect(rollUpOf({ type: 'progress', event: other }, s)).toBeNull();
+  });
+});
+
+describe('state encoding, version 2', () => {
+  it('round-trips the run, the landing run and the tree landings', () => {
+    const s = newSessionState(k);
+    onProgress(s, landing('x', 'a.js', { agent: 'atlas' }), k);
+    onProgress(s, landing('x', 'a.js'), k);
+    for (let i = 0; i < 3; i++) onProgress(s, tool('x', 'poll', { tool: 'bash', exit: null }), k);
+    onRollup(s, { landed: true, requests: 0, tools: 1, usd: 0, tokens: 0 }, k);
+    const back = decodeState(encodeState(s));
+    for (const f of [
+      'runLen',
+      'runNull',
+      'runHi',
+      'runLo',
+      'runExit',
+      'runTool',
+      'runTarget',
+      'landRun',
+      'landSeq',
+      'landRepeats',
+      'landHi',
+      'landLo',
+      'landTool',
+      'landTarget',
+      'treeLandings',
+      'landedNow',
+    ] as const) {
+      expect(back[f]).toEqual(s[f]);
+    }
+    expect(back).toMatchObject({ runLen: 3, runNull: true, landRun: 2, landRepeats: 1, treeLandings: 1 });
+    expect(encodeState(back)).toEqual(encodeState(s));
+  });
+
+  it('still decodes a version 1 state (written before the runs), with them at zero', () => {
+    // encoded by version 1: agent build, parent root, 1 request, 5 reads and an edit
+    // landing on one fingerprint, a read after it
+    const v1 = Buffer.from(
+      'AQAAADwAAAAHAAAABAAAAAUNGNTrAAAAAwAAAAcAAAABAAAAAQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAD6AAAAAAAAAAJAAAAAwAAAAQAAAAAN3ohQQAFAAAAAAAAAAAAAAAAAAAAAAAAP4R64UeuFHtAj5AAAAAAAAAAAAAAAAAAAAAABWJ1aWxkAARyb290AARyZWFkAARhLnRz/////w0Y1Os3eiFBLd50Hd7S9/dht2+cIg3qcg0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HfX4dVh+MjhMIRxrow0Y1Os3eiFBRE11ug0Y1Os3eiFBTd50HQQNGNTrN3ohQQAAAAUAAAAAAAAABw3edB0w3tL392G3b5wAAAABAAAAAAAAAAICDepyMfX4dVh+MjhMAAAAAQAAAAAAAAAFARxrowQN3nQdAAAABAAAAAAAAAAHAARyZWFkAARhLnRzCAIN6nIAAAABAAAAAAAAAAL/////CQRNdboAAAABAAAAAAAAAAb/////DAEca6MAAAABAAAAAAAAAAX/////',
+      'base64',
+    );
+    const s = decodeState(new Uint8Array(v1));
+    expect(s).toMatchObject({ agent: 'build', parent: 'root', calls: 7, landed: 1, runLen: 0, landRun: 0 });
+    expect(verdictOf(s, k)).toMatchObject({
+      level: 'ok',
+      signals: { top_target: 'read a.ts', top_count: 5, session_repeat: 5, landed: 1, identical_run: 0 },
+    });
+    expect(encodeState(s)[0]).toBe(2);
+    // and goes on judging
+    onProgress(s, tool('v1', 'a.ts'), k);
+    expect(verdictOf(s, k).signals.identical_run).toBe(1);
   });
 });

@@ -8,6 +8,8 @@ import { z } from 'zod';
 
 const count = (def: number, max = 1_000_000) => z.number().int().min(1).max(max).default(def);
 const share = (def: number) => z.number().min(0).max(1).default(def);
+/** a run is at least 2 calls */
+const run = (def: number) => z.number().int().min(2).max(1_000_000).default(def);
 const usd = (def: number) => z.number().min(0).max(1_000_000).default(def);
 
 /** Agents that never land a change by design: judged on repeats, failures and novelty instead. */
@@ -46,6 +48,25 @@ export const NoProgressKnobsSchema = z
     session_repeat_loop: count(30),
     continuation_loop: count(4),
 
+    /**
+     * One write fingerprint landing this many times in a row (nothing else landing between,
+     * each within `window` calls of the previous): stalling, and looping at the loop value.
+     * Edits are fingerprinted by path, so these sit above a long edit streak on one file.
+     */
+    landed_repeat_warn: run(12),
+    landed_repeat_loop: run(16),
+    /** Unbroken run of one identical lookup (read, grep, glob, list, todoread; same exit): stalling / looping. */
+    lookup_run_warn: run(5),
+    lookup_run_loop: run(8),
+    /** The same for any other call (bash, MCP tools, edits): a poll with an unchanging command and exit looks identical. */
+    run_warn: run(12),
+    run_loop: run(20),
+
+    /** Descendant landings before a session is judged by its tree (an orchestrator). */
+    tree_min_landings: count(2),
+    /** An orchestrator's whole-session repeats do not flag it for this many turns after its tree last landed. */
+    tree_grace_turns: count(240),
+
     /** Plain ceiling for long healthy work without repeats: stalling only, never looping. */
     ceiling_turns: count(300),
     ceiling_usd: usd(3),
@@ -75,6 +96,9 @@ export const NoProgressKnobsSchema = z
       ['top_ro_warn', 'top_ro_loop'],
       ['session_repeat_warn', 'session_repeat_loop'],
       ['continuation_warn', 'continuation_loop'],
+      ['landed_repeat_warn', 'landed_repeat_loop'],
+      ['lookup_run_warn', 'lookup_run_loop'],
+      ['run_warn', 'run_loop'],
     ];
     for (const [warn, loop] of pairs) {
       if ((k[loop] as number) < (k[warn] as number)) {

@@ -7,13 +7,13 @@ import type { ExternalVerdict, ProgressEvent, RequestRecord, Verdict, VerdictLev
 import {
   decodeState,
   encodeState,
+  type JudgeInput,
   LEVELS,
   type LevelCode,
   newSessionState,
   onProgress,
   onRequest,
   onRollup,
-  type RollUp,
   rollUpOf,
   type SessionState,
   verdictOf,
@@ -134,7 +134,7 @@ export class NoProgressDetector implements Detector {
     // Kinds this judge does not know (another detector's signals) are not tool calls.
     if (ev.kind !== 'tool' && ev.kind !== 'continuation' && ev.kind !== 'compaction_done') return NONE;
     const k = this.knobs();
-    return this.step(ev.session_id, s, (st) => onProgress(st, ev, k), rollUpOf({ type: 'progress', event: ev }), k);
+    return this.step(ev.session_id, s, (st) => onProgress(st, ev, k), { type: 'progress', event: ev }, k);
   }
 
   onRequest(rec: RequestRecord, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
@@ -143,7 +143,7 @@ export class NoProgressDetector implements Detector {
       onRequest(st, rec, k);
       this.sample(rec.session_id, st, rec.prompt_tokens, k);
     };
-    return this.step(rec.session_id, s, apply, rollUpOf({ type: 'request', record: rec }), k);
+    return this.step(rec.session_id, s, apply, { type: 'request', record: rec }, k);
   }
 
   /**
@@ -155,14 +155,16 @@ export class NoProgressDetector implements Detector {
     id: string,
     s: SessionInfo,
     apply: (st: SessionState) => void,
-    r: RollUp | null,
+    input: JudgeInput,
     k: NoProgressKnobs,
   ): readonly Transition[] | Promise<readonly Transition[]> {
     const live = this.live;
-    if (!live) return this.stepStored(id, s, apply, r, k);
+    if (!live) return this.stepStored(id, s, apply, input, k);
     const { s: st, from } = live.mutateNow(id, apply);
     let changed: [string, SessionState, LevelCode][] | undefined;
     if (st.level !== from) changed = [[id, st, from]];
+    // What reaches the ancestors depends on the judged input (a repeat landing is not progress).
+    const r = s.ancestors.length ? rollUpOf(input, st) : null;
     if (r !== null) {
       for (const anc of s.ancestors) {
         const x = live.mutateNow(anc, (a) => onRollup(a, r, k));
@@ -178,12 +180,13 @@ export class NoProgressDetector implements Detector {
     id: string,
     s: SessionInfo,
     apply: (st: SessionState) => void,
-    r: RollUp | null,
+    input: JudgeInput,
     k: NoProgressKnobs,
   ): Promise<readonly Transition[]> {
     const { s: st, from } = await this.repo.mutate(id, apply);
     let changed: [string, SessionState, LevelCode][] | undefined;
     if (st.level !== from) changed = [[id, st, from]];
+    const r = s.ancestors.length ? rollUpOf(input, st) : null;
     if (r !== null) {
       for (const anc of s.ancestors) {
         const x = await this.repo.mutate(anc, (a) => onRollup(a, r, k));

@@ -113,6 +113,37 @@ describe('incident report', () => {
     expect(text).not.toContain('Avoid:');
   });
 
+  it('names a loop that lands: the repeat count, the rule in the why line, its own Avoid line', () => {
+    const s = newSessionState(k);
+    onProgress(s, ev('e0', 'src/a.js', { tool: 'edit', landed: true }), k);
+    for (let i = 0; i < 12; i++) {
+      onProgress(s, ev('edit nav', 'admin/frontend/navbar.js', { tool: 'edit', landed: true }), k);
+      onProgress(s, ev(`read nav ${i}`, 'admin/frontend/navbar.js'), k);
+    }
+    expect(dominantCause(s, k)).toBe('repeat_landing');
+    const text = buildReport({ session_id: 'ses_w' }, s, k);
+    expect(text).toContain('  25 tool calls, 2 landed changes\n');
+    expect(text).toContain(
+      '  repeat landings: 11 (the previous landed call again: a repeat, not progress; latest run x12, edit admin/frontend/navbar.js)',
+    );
+    expect(text).toMatch(/ {2}why: stalling: .*; the same edit landed 12 times: a repeat, not progress \(edit admin/);
+    expect(text).toContain('Avoid: re-applying an edit that already landed.');
+    expect(summaryLine({ session_id: 'ses_w' }, s, k)).toMatch(
+      /^sisyphus-junior: stalling: .*the same edit landed 12 times: a repeat, not progress/,
+    );
+  });
+
+  it('names an unbroken identical run and its Avoid line', () => {
+    const s = newSessionState(k);
+    for (let i = 0; i < 4; i++) onProgress(s, ev(`d${i}`, `src/x${i}.js`), k);
+    for (let i = 0; i < 25; i++) onProgress(s, ev('settings', 'admin/frontend/settings.js'), k);
+    expect(dominantCause(s, k)).toBe('identical_run');
+    const text = buildReport({ session_id: 'ses_w' }, s, k);
+    expect(text).toContain('  in a row: read admin/frontend/settings.js x25, the same exit each time\n');
+    expect(text).toContain('why: looping: ');
+    expect(text).toContain('Avoid: repeating a call whose result does not change.');
+  });
+
   it('formats token counts', () => {
     expect([formatTokens(950), formatTokens(189_400), formatTokens(6_800_000), formatTokens(70_400_000)]).toEqual([
       '950',

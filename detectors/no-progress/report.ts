@@ -14,9 +14,16 @@ export interface ReportSubject {
   external?: { level: 'stalling' | 'looping'; reason: string; source: string; agent?: string };
 }
 
-export type AvoidCause = 'duplicates' | 'failures' | 'context' | 'continuation' | 'ceiling';
+export type AvoidCause =
+  | 'duplicates'
+  | 'failures'
+  | 'context'
+  | 'continuation'
+  | 'ceiling'
+  | 'repeat_landing'
+  | 'identical_run';
 
-// The "Avoid:" line per dominant signal (seed 000 section 5).
+// The "Avoid:" line per dominant signal.
 const AVOID: Record<AvoidCause, string> = {
   duplicates:
     'Avoid: re-reading whole files, since reads repeat without edits. Give the\n' +
@@ -34,15 +41,25 @@ const AVOID: Record<AvoidCause, string> = {
   ceiling:
     'Avoid: open-ended work without a deliverable. Name the next concrete change and\n' +
     'require an on-disk diff or commit before continuing.',
+  repeat_landing:
+    'Avoid: re-applying an edit that already landed. Check the file on disk (git diff)\n' +
+    'before editing it again; if the change is there, move on to the next step.',
+  identical_run:
+    'Avoid: repeating a call whose result does not change. Use what the last call\n' +
+    'returned, or change the call; to wait for something, say what ends the wait.',
 };
 
 /**
- * The dominant signal: each candidate's value over its warn threshold, the largest
- * wins (ties in the order duplicates, failures, context). Continuation and the
- * ceiling only speak when nothing else is over its threshold.
+ * The dominant signal. A repeat landing or an identical run that decided the verdict
+ * speaks first (it names the loop exactly); otherwise each candidate's value over its
+ * warn threshold, the largest wins (ties in the order duplicates, failures, context).
+ * Continuation and the ceiling only speak when nothing else is over its threshold.
  */
 export function dominantCause(s: SessionState, k: NoProgressKnobs): AvoidCause {
-  const v = verdictOf(s, k).signals;
+  const verdict = verdictOf(s, k);
+  if (verdict.rule === 'landed_repeat') return 'repeat_landing';
+  if (verdict.rule === 'identical_run') return 'identical_run';
+  const v = verdict.signals;
   const topWarn = s.readOnly ? k.top_ro_warn : k.top_warn;
   const dup = Math.max(v.dup_share / k.dup_warn, v.top_count / topWarn, v.session_repeat / k.session_repeat_warn);
   const fail = v.fail_streak / k.fail_warn;
@@ -60,7 +77,7 @@ export function formatTokens(n: number): string {
   return String(Math.round(n));
 }
 
-/** The report text. Example (seed 000 section 5):
+/** The report text. Example:
  * ```
  * [vigil] A sub-agent stalled without landing a change (stalling).
  *   session: ses_123 (sisyphus-junior), child of ses_root
@@ -91,6 +108,16 @@ export function buildReport(subject: ReportSubject, s: SessionState, k: NoProgre
       ? `  ${s.calls} tool calls, read-only agent (never lands a change by design)`
       : `  ${s.calls} tool calls, ${s.landed} landed change${s.landed === 1 ? '' : 's'}${s.landed === 0 ? ' (no edit with a diff, no commit)' : ''}`,
   );
+  if (s.landRepeats > 0) {
+    lines.push(
+      `  repeat landings: ${s.landRepeats} (the previous landed call again: a repeat, not progress; latest run x${s.landRun}, ${clip(label2(s.landTool, s.landTarget))})`,
+    );
+  }
+  if (v.signals.identical_run >= 3) {
+    lines.push(
+      `  in a row: ${clip(label2(s.runTool, s.runTarget))} x${v.signals.identical_run}, the same exit each time`,
+    );
+  }
   const top = topTargets(s, 3);
   if (top.length) lines.push(`  most repeated: ${top.map((t) => `${clip(t.label)} x${t.count}`).join(', ')}`);
   if (v.signals.fail_streak >= 2) {

@@ -17,7 +17,7 @@ import {
 } from './report.ts';
 import { readState, type TickResult, type TickStatus, type WatchdogState, writeState } from './state.ts';
 
-// One watchdog tick, start to end (seed 000 section 7): lock, find opencode, read the
+// One watchdog tick, start to end (docs/watchdog.md): lock, find opencode, read the
 // sessions active since the last tick, judge them with the service's judge, ask the
 // local model about the flagged ones, report to the service, record the tick. It
 // reports and never acts: no abort, no compaction, no prompt.

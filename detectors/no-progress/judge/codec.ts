@@ -3,15 +3,29 @@ import { FP_SLOTS, FP_W, type LevelCode, RING_W, SessionState, TG_SLOTS, TG_W, U
 // ---------------------------------------------------------------------------
 // encode / decode (the Redis backend persists a session's state compactly)
 
-const VERSION = 1;
+// 2: the identical run, the landed run and the tree landings (after the v1 scalars and
+// strings). Version 1 states (written before them) still decode, with those at zero.
+const VERSION = 2;
+const V2_U32 = 11;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 /** A compact binary form: scalars, strings, the ring in order, used table slots only. */
 export function encodeState(s: SessionState): Uint8Array {
-  const strs = [s.agent, s.parent, s.topTool, s.topTarget, s.failTool, s.failTarget];
+  const strs = [
+    s.agent,
+    s.parent,
+    s.topTool,
+    s.topTarget,
+    s.failTool,
+    s.failTarget,
+    s.runTool,
+    s.runTarget,
+    s.landTool,
+    s.landTarget,
+  ];
   const names = s.names;
-  let size = 1 + 4 * 22 + 8 * 5 + 2;
+  let size = 1 + 4 * (22 + V2_U32) + 8 * 5 + 2;
   const strBytes = strs.map((x) => (x === undefined ? undefined : enc.encode(x)));
   for (const b of strBytes) size += 2 + (b?.length ?? 0);
   size += s.len * RING_W * 4;
@@ -72,6 +86,17 @@ export function encodeState(s: SessionState): Uint8Array {
     s.touched,
     s.winTopLo,
     (Math.min(s.repUB, U16) << 16) | Math.min(s.failUB, U16),
+    s.runLen,
+    s.landRun,
+    s.landSeq,
+    s.landRepeats,
+    s.treeLandings,
+    s.runHi,
+    s.runLo,
+    s.runExit,
+    s.landHi,
+    s.landLo,
+    (s.runNull ? 1 : 0) | (s.landedNow ? 2 : 0),
   ])
     u32(v);
   for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, 0]) f64(v);
@@ -100,7 +125,8 @@ export function encodeState(s: SessionState): Uint8Array {
 export function decodeState(bytes: Uint8Array): SessionState {
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let o = 0;
-  if (bytes[o++] !== VERSION) throw new Error(`unknown judge state version ${bytes[0]}`);
+  const version = bytes[o++];
+  if (version !== VERSION && version !== 1) throw new Error(`unknown judge state version ${bytes[0]}`);
   const u32 = () => {
     const v = dv.getUint32(o);
     o += 4;
@@ -134,6 +160,13 @@ export function decodeState(bytes: Uint8Array): SessionState {
   s.sawRequest = (flags & 1) !== 0;
   s.readOnly = (flags & 2) !== 0;
   s.topDirty = (flags & 4) !== 0;
+  if (version >= 2) {
+    const w = Array.from({ length: V2_U32 }, u32);
+    [s.runLen, s.landRun, s.landSeq, s.landRepeats, s.treeLandings] = w;
+    [s.runHi, s.runLo, s.runExit, s.landHi, s.landLo] = w.slice(5, 10);
+    s.runNull = (w[10] & 1) !== 0;
+    s.landedNow = (w[10] & 2) !== 0;
+  }
   s.usdSince = f64();
   s.tokSince = f64();
   s.usdTotal = f64();
@@ -146,6 +179,12 @@ export function decodeState(bytes: Uint8Array): SessionState {
   s.topTarget = str();
   s.failTool = str();
   s.failTarget = str();
+  if (version >= 2) {
+    s.runTool = str();
+    s.runTarget = str();
+    s.landTool = str();
+    s.landTarget = str();
+  }
   for (let j = 0; j < s.len; j++) for (let w = 0; w < RING_W; w++) s.buf[j * RING_W + w] = u32();
   s.head = s.len === s.cap ? 0 : s.len;
   for (let j = 0; j < fpN; j++) {

@@ -34,6 +34,12 @@ export function reasonOf(
     case 'continuation':
       what = `${g.continuation_turns} continuation turns since the last landed change`;
       break;
+    case 'landed_repeat':
+      what = `the same ${s.landTool ?? 'write'} landed ${g.landed_repeat} times: a repeat, not progress (${short(label(s.landTool, s.landTarget))})`;
+      break;
+    case 'identical_run':
+      what = `${short(label(s.runTool, s.runTarget))} x${g.identical_run} in a row, the same exit each time`;
+      break;
     case 'novelty':
       what = `${Math.round((g.novelty ?? 0) * Math.min(k.novelty_window, s.cap))} new calls in the last ${Math.min(k.novelty_window, s.cap)}`;
       break;

@@ -15,7 +15,7 @@ import {
   TG_W,
   U16,
 } from './state.ts';
-import { recountTop } from './window.ts';
+import { isLookup, recountTop } from './window.ts';
 
 // The verdict rules over the window and session signals.
 
@@ -33,6 +33,12 @@ export const sig = {
   rep: 0,
   cont: 0,
   novel: -1,
+  /** current run of one write fingerprint landing (0 once the run is older than the window) */
+  land: 0,
+  /** current unbroken run of one identical call */
+  run: 0,
+  /** an orchestrator whose tree landed recently: its whole-session repeats are routine */
+  tree: false,
   rule: -1,
 };
 export const RULES: readonly VerdictRule[] = [
@@ -43,6 +49,8 @@ export const RULES: readonly VerdictRule[] = [
   'continuation',
   'novelty',
   'ceiling',
+  'landed_repeat',
+  'identical_run',
 ];
 export const R_DUP = 0;
 export const R_FAIL = 1;
@@ -51,6 +59,22 @@ export const R_REP = 3;
 export const R_CONT = 4;
 export const R_NOVEL = 5;
 export const R_CEIL = 6;
+export const R_LAND = 7;
+export const R_RUN = 8;
+
+/**
+ * The rules that need no stall precondition: the evidence is the run itself. A write
+ * landing over and over, or one call repeated with nothing between, is not work
+ * whatever the counters since the last landed change say.
+ */
+function runRule(s: SessionState, k: NoProgressKnobs, loop: boolean): number {
+  const lookup = isLookup(s.runTool ?? '');
+  if (sig.run >= (lookup ? (loop ? k.lookup_run_loop : k.lookup_run_warn) : loop ? k.run_loop : k.run_warn)) {
+    return R_RUN;
+  }
+  if (sig.land >= (loop ? k.landed_repeat_loop : k.landed_repeat_warn)) return R_LAND;
+  return -1;
+}
 
 /** Scan the session tables: failure streak and repeat lower bound of calls still recurring. */
 export function tableSignals(s: SessionState): void {
@@ -105,53 +129,66 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
   sig.cont = s.contSince;
   sig.dup = s.len >= k.dup_min_events ? s.dups / s.len : 0;
   sig.rule = -1;
+  sig.run = s.runLen;
+  sig.land = s.calls - s.landSeq <= s.cap ? s.landRun : 0;
+  // An orchestrator whose tree keeps landing: its session-long repeats are routine.
+  sig.tree = s.treeLandings >= k.tree_min_landings && turns < k.tree_grace_turns;
   const ceiling = turns >= k.ceiling_turns || usd >= k.ceiling_usd;
   const loopPre = turns >= k.loop_turns || usd >= k.loop_usd;
   const nw = Math.min(k.novelty_window, s.cap);
   sig.novel = s.readOnly && s.len >= nw ? s.novelRecent / nw : -1;
+  // the run's tool is classified only once the run is long enough for either threshold
+  const runs =
+    sig.land >= k.landed_repeat_warn ||
+    ((sig.run >= k.lookup_run_warn || sig.run >= k.run_warn) &&
+      sig.run >= (isLookup(s.runTool ?? '') ? k.lookup_run_warn : k.run_warn));
 
   if (!s.readOnly) {
     const stallPre = turns >= k.stall_turns || usd >= k.stall_usd;
-    if (!stallPre && !ceiling && !full) {
+    if (!stallPre && !ceiling && !runs && !full) {
       sig.fail = sig.rep = sig.top = 0;
       return LEVEL_OK;
     }
     repeatSignals(s, k, full);
-    if (loopPre) {
-      const r =
+    // the whole-session count is the one an orchestrator's routine inflates over hours
+    const own = !sig.tree;
+    let r = runs ? runRule(s, k, true) : -1;
+    if (r < 0 && loopPre) {
+      r =
         sig.dup >= k.dup_loop
           ? R_DUP
           : sig.fail >= k.fail_loop
             ? R_FAIL
             : sig.top >= k.top_loop
               ? R_TOP
-              : sig.rep >= k.session_repeat_loop
+              : own && sig.rep >= k.session_repeat_loop
                 ? R_REP
                 : sig.cont >= k.continuation_loop
                   ? R_CONT
                   : -1;
-      if (r >= 0) {
-        sig.rule = r;
-        return LEVEL_LOOPING;
-      }
     }
-    if (stallPre) {
-      const r =
+    if (r >= 0) {
+      sig.rule = r;
+      return LEVEL_LOOPING;
+    }
+    r = runs ? runRule(s, k, false) : -1;
+    if (r < 0 && stallPre) {
+      r =
         sig.dup >= k.dup_warn
           ? R_DUP
           : sig.fail >= k.fail_warn
             ? R_FAIL
             : sig.top >= k.top_warn
               ? R_TOP
-              : sig.rep >= k.session_repeat_warn
+              : own && sig.rep >= k.session_repeat_warn
                 ? R_REP
                 : sig.cont >= k.continuation_warn
                   ? R_CONT
                   : -1;
-      if (r >= 0) {
-        sig.rule = r;
-        return LEVEL_STALLING;
-      }
+    }
+    if (r >= 0) {
+      sig.rule = r;
+      return LEVEL_STALLING;
     }
     if (ceiling) {
       sig.rule = R_CEIL;
@@ -163,8 +200,9 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
   // Read-only agents never land by design: repeats of one target, a failure streak on
   // one target and low novelty are the signals; no landed-change precondition.
   repeatSignals(s, k, full);
-  if (loopPre) {
-    const r =
+  let lr = runs ? runRule(s, k, true) : -1;
+  if (lr < 0 && loopPre) {
+    lr =
       sig.fail >= k.fail_loop
         ? R_FAIL
         : sig.top >= k.top_ro_loop
@@ -172,21 +210,24 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
           : sig.rep >= k.session_repeat_loop
             ? R_REP
             : -1;
-    if (r >= 0) {
-      sig.rule = r;
-      return LEVEL_LOOPING;
-    }
   }
-  const r =
-    sig.fail >= k.fail_warn
-      ? R_FAIL
-      : sig.top >= k.top_ro_warn
-        ? R_TOP
-        : sig.rep >= k.session_repeat_warn
-          ? R_REP
-          : sig.novel >= 0 && sig.novel < k.novelty_min
-            ? R_NOVEL
-            : -1;
+  if (lr >= 0) {
+    sig.rule = lr;
+    return LEVEL_LOOPING;
+  }
+  let r = runs ? runRule(s, k, false) : -1;
+  if (r < 0) {
+    r =
+      sig.fail >= k.fail_warn
+        ? R_FAIL
+        : sig.top >= k.top_ro_warn
+          ? R_TOP
+          : sig.rep >= k.session_repeat_warn
+            ? R_REP
+            : sig.novel >= 0 && sig.novel < k.novelty_min
+              ? R_NOVEL
+              : -1;
+  }
   if (r >= 0) {
     sig.rule = r;
     return LEVEL_STALLING;
@@ -217,6 +258,8 @@ export function verdictOf(s: SessionState, k: NoProgressKnobs): Verdict {
     top_target: top === null ? null : top.slice(0, 256),
     top_count: s.winTop,
     session_repeat: sig.rep,
+    landed_repeat: sig.land,
+    identical_run: sig.run,
     continuation_turns: sig.cont,
     novelty: sig.novel >= 0 ? round(sig.novel, 4) : null,
     read_only: s.readOnly,

@@ -17,8 +17,9 @@ import type { NoProgressKnobs } from '../knobs.ts';
 // - target table: 16 Space-Saving slots (4 sets of 4 ways), 4 x uint32 each: target
 //   hash, count | overestimate << 16, failure streak, last call seq. The `tool target`
 //   names are kept (references to an event's strings, no copy) for targets seen twice.
-// One Uint32Array holds all three: 628 words (2512 bytes) at window 60, plus 2 words
-// for the window's top call, and a Float64Array view of 5 doubles on the same buffer.
+// One Uint32Array holds all three: 628 words (2512 bytes) at window 60, plus 7 words
+// (the window's top call, the current run of identical calls with its exit, the latest
+// landed call), and a Float64Array view of 5 doubles on the same buffer.
 //
 // "Repeats" are exact repeats of a normalised call (one fingerprint): the window's top
 // repeat and the whole-session repeat. Targets are coarse (`git log` covers every file's
@@ -31,6 +32,31 @@ import type { NoProgressKnobs } from '../knobs.ts';
 //
 // dup_share is the share of calls in the window that repeated a call still in the
 // window when they were made (a flag per ring slot, so leaving the window costs O(1)).
+//
+// A landed write (edit, write, patch) whose fingerprint equals the session's previous
+// landed call, made within the window, is a REPEAT: a line-range edit that re-inserts
+// the same block changes the file every time, so each looks landed. A repeat resets the
+// counters since the last landed change neither here nor in the ancestors (landedNow is
+// the effective flag the roll-up carries); a run of them is the landed_repeat rule.
+// Edit fingerprints are keyed on the path alone, so a re-applied edit and a new edit of
+// the same file look the same here; landed_repeat_warn sits above a long single-file
+// edit streak for that reason. Shell landings (a commit, a test passing after failing)
+// are never repeats: git refuses an empty commit and a test fix needs a failure first.
+//
+// An unbroken run of one call with one exit (runLen) is the identical_run rule. The
+// event carries no output, so a poll whose command and exit stay the same while its
+// output changes looks identical too: lookups (read, grep, glob, list, todoread: their
+// result only changes when the files do) get the low lookup_run_* thresholds, every
+// other call (bash, MCP tools, edits) the higher run_* ones. A poll whose numbers or
+// exit change breaks the run.
+//
+// A session whose descendants have landed tree_min_landings times is an orchestrator:
+// for tree_grace_turns turns after each landing in its tree, its whole-session repeat
+// count does not flag it. Over hours its routine (status checks, plan reads, todo
+// writes, a log check after each child) adds up to dozens of one call, while its window
+// looks like work. The window rules (duplicate share, top repeat), failure streaks,
+// identical runs, continuation turns and the ceiling still count: an orchestrator that
+// spins on that routine fills its window with it.
 //
 // compaction_done resets the window signals without erasing evidence: the calls made
 // before it are marked OLD. After a compaction the agent legitimately re-reads what it
@@ -64,6 +90,8 @@ export const FLAG_DUP = 4;
 export const FLAG_OLD = 8;
 export const HASH_MASK = 0x0fffffff;
 export const NUM_N = 5;
+/** Words after the tables: top call (hi, lo), run call (hi, lo, exit), last landed call (hi, lo). */
+export const EXTRA_W = 7;
 export const U16 = 0xffff;
 
 /** A child's contribution to its ancestors: requests and spend count, a landed change resets. */
@@ -104,7 +132,22 @@ export class SessionState {
   failUB = 0;
 
   calls = 0;
+  /** Effective landed events (repeats excluded). */
   landed = 0;
+  /** Landed events that repeated the previous landed call (not progress). */
+  landRepeats = 0;
+  /** Landed events in the current run of one fingerprint (the first, effective one included). */
+  landRun = 0;
+  /** Call seq of the latest landed event. */
+  landSeq = 0;
+  /** Whether the latest progress event landed a change that counts (what the roll-up carries). */
+  landedNow = false;
+  /** Length of the current unbroken run of one call with one exit. */
+  runLen = 0;
+  /** The run's call ended with a null exit (aborted), kept apart from any exit code. */
+  runNull = false;
+  /** Effective landed events rolled up from descendants. */
+  treeLandings = 0;
   requests = 0;
   continuations = 0;
   compactions = 0;
@@ -121,6 +164,11 @@ export class SessionState {
   /** tool, target of the window's most repeated call (references to an event's strings). */
   topTool: string | undefined = undefined;
   topTarget: string | undefined = undefined;
+  /** tool, target of the current run's call (set once it repeats) and of the latest effective landed call. */
+  runTool: string | undefined = undefined;
+  runTarget: string | undefined = undefined;
+  landTool: string | undefined = undefined;
+  landTarget: string | undefined = undefined;
   /** tool, target of the latest failed call. */
   failTool: string | undefined = undefined;
   failTarget: string | undefined = undefined;
@@ -134,16 +182,16 @@ export class SessionState {
    * class and makes every judge call site polymorphic.
    */
   readonly num: Float64Array;
-  /** index in buf of the 2 words after the tables: the window's top call (hi, lo) */
+  /** index in buf of the EXTRA_W words after the tables */
   private readonly topAt: number;
 
   constructor(cap: number) {
     this.cap = cap;
     const words = cap * RING_W + FP_SLOTS * FP_W + TG_SLOTS * TG_W;
-    // one allocation: the tables, 2 words for the top call, then 5 doubles (8-byte aligned)
-    const numAt = Math.ceil(((words + 2) * 4) / 8) * 8;
+    // one allocation: the tables, EXTRA_W words, then 5 doubles (8-byte aligned)
+    const numAt = Math.ceil(((words + EXTRA_W) * 4) / 8) * 8;
     const ab = new ArrayBuffer(numAt + NUM_N * 8);
-    this.buf = new Uint32Array(ab, 0, words + 2);
+    this.buf = new Uint32Array(ab, 0, words + EXTRA_W);
     this.topAt = words;
     this.num = new Float64Array(ab, numAt, NUM_N);
   }
@@ -160,6 +208,38 @@ export class SessionState {
   }
   set winTopLo(v: number) {
     this.buf[this.topAt + 1] = v;
+  }
+  /** Fingerprint and exit (as uint32) of the current run's call. */
+  get runHi(): number {
+    return this.buf[this.topAt + 2];
+  }
+  set runHi(v: number) {
+    this.buf[this.topAt + 2] = v;
+  }
+  get runLo(): number {
+    return this.buf[this.topAt + 3];
+  }
+  set runLo(v: number) {
+    this.buf[this.topAt + 3] = v;
+  }
+  get runExit(): number {
+    return this.buf[this.topAt + 4];
+  }
+  set runExit(v: number) {
+    this.buf[this.topAt + 4] = v;
+  }
+  /** Fingerprint of the latest landed call. */
+  get landHi(): number {
+    return this.buf[this.topAt + 5];
+  }
+  set landHi(v: number) {
+    this.buf[this.topAt + 5] = v;
+  }
+  get landLo(): number {
+    return this.buf[this.topAt + 6];
+  }
+  set landLo(v: number) {
+    this.buf[this.topAt + 6] = v;
   }
   /** Dollars billed since the last landed change (self plus children). */
   get usdSince(): number {

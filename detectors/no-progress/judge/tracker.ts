@@ -58,7 +58,7 @@ export class Tracker {
     let changes = from === to ? NO_CHANGES : [this.change(ev.session_id, s, from)];
     if (ev.kind === 'tool' && s.parent !== undefined && this.parents.has(ev.session_id)) {
       const r = this.rollup;
-      r.landed = ev.landed;
+      r.landed = s.landedNow;
       r.requests = 0;
       r.tools = 1;
       r.usd = 0;

@@ -27,12 +27,16 @@ export function onProgress(s: SessionState, ev: ProgressEvent, k: NoProgressKnob
   if (s.parent === undefined && ev.parent_session_id) s.parent = ev.parent_session_id;
   if (ev.ts > s.lastTs) s.lastTs = ev.ts;
   if (ev.kind === 'tool') pushTool(s, ev, k);
-  else if (ev.kind === 'continuation') {
-    s.continuations++;
-    s.contSince++;
-  } else {
-    s.compactions++;
-    compactWindow(s);
+  else {
+    s.landedNow = false;
+    if (ev.kind === 'continuation') {
+      s.continuations++;
+      s.contSince++;
+    } else if (ev.kind === 'compaction_done') {
+      s.compactions++;
+      compactWindow(s);
+    }
+    // other kinds belong to other detectors: nothing to apply
   }
   s.level = evaluate(s, k);
   return s.level;
@@ -62,13 +66,20 @@ export function onRollup(s: SessionState, r: RollUp, k: NoProgressKnobs): LevelC
   s.toolsSince += r.tools;
   s.usdSince += r.usd;
   s.tokSince += r.tokens;
-  if (r.landed) resetSinceLanded(s);
+  if (r.landed) {
+    s.treeLandings++;
+    resetSinceLanded(s);
+  }
   s.level = evaluate(s, k);
   return s.level;
 }
 
-/** What a session's input contributes to each of its ancestors (null: nothing). */
-export function rollUpOf(input: JudgeInput): RollUp | null {
+/**
+ * What a session's input contributes to each of its ancestors (null: nothing). `after`
+ * is the session's state once the input is applied: it says whether a landed event
+ * counted (a repeat of the previous landed call does not reset the ancestors either).
+ */
+export function rollUpOf(input: JudgeInput, after: SessionState): RollUp | null {
   if (input.type === 'rollup') return input.rollup;
   if (input.type === 'request') {
     const r = input.record;
@@ -76,5 +87,5 @@ export function rollUpOf(input: JudgeInput): RollUp | null {
   }
   const e = input.event;
   if (e.kind !== 'tool') return null;
-  return { landed: e.landed, requests: 0, tools: 1, usd: 0, tokens: 0 };
+  return { landed: after.landedNow, requests: 0, tools: 1, usd: 0, tokens: 0 };
 }

@@ -54,7 +54,31 @@ export function compactWindow(s: SessionState): void {
   s.topDirty = false;
   s.topTool = undefined;
   s.topTarget = undefined;
+  // the agent lost its context: re-doing the call once is legitimate, so the run restarts
+  s.runLen = 0;
 }
+
+/**
+ * Lookups: their result depends on the files only, so an unbroken repeat with nothing
+ * between returns the same thing. Anything else may observe the world (a poll).
+ */
+export function isLookup(tool: string): boolean {
+  switch (tool) {
+    case 'read':
+    case 'view':
+    case 'grep':
+    case 'glob':
+    case 'list':
+    case 'ls':
+    case 'todoread':
+      return true;
+    default:
+      return false;
+  }
+}
+
+/** Shell landings (a commit, a test passing after failing) prove a new state by themselves. */
+const isShell = (tool: string) => tool === 'bash' || tool === 'shell';
 
 /** The first 8 hex chars at `at` as an unsigned 32-bit number (input validated upstream). */
 export function hex8(h: string, at: number): number {
@@ -231,11 +255,45 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
     s.failTool = ev.tool;
     s.failTarget = ev.target;
   }
-  s.toolsSince++;
-  if (ev.landed) {
-    s.landed++;
-    resetSinceLanded(s);
+
+  // Unbroken run of one call with one exit ("identical results" as far as an event
+  // shows: it carries no output).
+  const nullExit = ev.exit === null;
+  const exit = (ev.exit ?? 0) >>> 0;
+  if (s.runLen > 0 && hi === s.runHi && lo === s.runLo && exit === s.runExit && nullExit === s.runNull) {
+    // named once it is a run (most calls start one; the run knobs are at least 2)
+    if (++s.runLen === 2) {
+      s.runTool = ev.tool;
+      s.runTarget = ev.target;
+    }
+  } else {
+    s.runLen = 1;
+    s.runHi = hi;
+    s.runLo = lo;
+    s.runExit = exit;
+    s.runNull = nullExit;
   }
+
+  s.toolsSince++;
+  let effective = false;
+  if (ev.landed) {
+    // the previous landed call again, within the window: a repeat, not progress
+    if (s.landRun > 0 && hi === s.landHi && lo === s.landLo && seq - s.landSeq <= cap && !isShell(ev.tool)) {
+      s.landRun++;
+      s.landRepeats++;
+    } else {
+      s.landRun = 1;
+      s.landHi = hi;
+      s.landLo = lo;
+      s.landTool = ev.tool;
+      s.landTarget = ev.target;
+      s.landed++;
+      resetSinceLanded(s);
+      effective = true;
+    }
+    s.landSeq = seq;
+  }
+  s.landedNow = effective;
 }
 
 export const scratch = new Float64Array(1024);

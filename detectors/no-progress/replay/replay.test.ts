@@ -6,7 +6,7 @@ import { generateCalibration, toJsonl } from '../../../test/fixtures/calibration
 import { LEVELS, Tracker } from '../judge.ts';
 import { defaultKnobs } from '../knobs.ts';
 import { detectKind, parseLine } from './inputs.ts';
-import { replayCommand, runReplay, sweepGrid } from './replay.ts';
+import { DEFAULT_SWEEP, replayCommand, runReplay, sweepGrid } from './replay.ts';
 
 const EXPORT = join(import.meta.dirname, '../../../test/fixtures/opencode-export');
 const ROOT = 'ses_dd3c1f1ffffe6w37wujp0POfVN';
@@ -218,17 +218,24 @@ describe('labels and sweep', () => {
     expect(out.stdout).toMatch(new RegExp(`labels: TP=${flagged} FP=0 FN=0 TN=${ok} mean_delay=[\\d.]+\\n$`));
   });
 
-  it('replays the default grid and ranks the threshold sets', async () => {
+  it('replays the default grid and ranks the threshold sets, the defaults without an error', async () => {
     const { out, io: sink } = io();
     expect(await replayCommand({ input: calFile, labels, sweep: true }, sink)).toBe(0);
     const rows = out.stdout.trim().split('\n');
-    expect(rows).toHaveLength(81);
+    expect(rows).toHaveLength(3 ** Object.keys(DEFAULT_SWEEP).length);
     expect(rows[0]).toMatch(
-      /^dup_warn=[\d.]+ top_warn=\d+ session_repeat_warn=\d+ stall_turns=\d+ {2}TP=\d+ FP=0 FN=0 TN=\d+ mean_delay=[\d.]+$/,
+      /^landed_repeat_warn=\d+ lookup_run_warn=\d+ run_warn=\d+ tree_grace_turns=\d+ {2}TP=\d+ FP=0 FN=0 TN=\d+ mean_delay=[\d.]+$/,
     );
-    expect(rows).toContain(
-      rows.find((r) => r.startsWith('dup_warn=0.25 top_warn=12 session_repeat_warn=15 stall_turns=20 ')) ?? 'missing',
+    const k = defaultKnobs();
+    const at = Object.keys(DEFAULT_SWEEP)
+      .map((key) => `${key}=${k[key as keyof typeof k]}`)
+      .join(' ');
+    const flagged = cal.cases.filter((c) => c.label === 'loop').length;
+    expect(rows.find((r) => r.startsWith(`${at} `))).toMatch(
+      new RegExp(`  TP=${flagged} FP=0 FN=0 TN=${cal.cases.length - flagged} `),
     );
+    // the grid reaches past the error-free region on both kinds of error
+    expect(rows.some((r) => !/ FP=0 /.test(r))).toBe(true);
   });
 
   it('takes a grid file and prints JSON rows', async () => {
@@ -246,8 +253,19 @@ describe('labels and sweep', () => {
   });
 
   it('raises a loop threshold to its warn threshold in the grid', () => {
-    const sets = sweepGrid(defaultKnobs(), { top_warn: [25] });
-    expect(sets[0]).toMatchObject({ top_warn: 25, top_loop: 25 });
+    const sets = sweepGrid(defaultKnobs(), {
+      top_warn: [25],
+      landed_repeat_warn: [30],
+      lookup_run_warn: [9],
+      run_warn: [40],
+    });
+    expect(sets[0]).toMatchObject({
+      top_warn: 25,
+      top_loop: 25,
+      landed_repeat_loop: 30,
+      lookup_run_loop: 9,
+      run_loop: 40,
+    });
   });
 });
 

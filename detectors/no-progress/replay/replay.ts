@@ -163,12 +163,18 @@ export function score(sessions: readonly SessionResult[], labels: Labels): Score
   return sc;
 }
 
-/** The default grid: the prototype's thresholds and their neighbours (81 sets). */
+/**
+ * The default grid (81 sets): the thresholds fitted on synthetic shapes only (repeat
+ * landings, identical lookups, identical other calls such as polls, an orchestrator's
+ * grace), each at its default and a neighbour either side. The prototype's thresholds
+ * sweep with a grid file, e.g. {"dup_warn": [0.2, 0.25, 0.3], "top_warn": [10, 12, 14],
+ * "session_repeat_warn": [12, 15, 18], "stall_turns": [15, 20, 30]}.
+ */
 export const DEFAULT_SWEEP: Record<string, number[]> = {
-  dup_warn: [0.2, 0.25, 0.3],
-  top_warn: [10, 12, 14],
-  session_repeat_warn: [12, 15, 18],
-  stall_turns: [15, 20, 30],
+  landed_repeat_warn: [8, 12, 16],
+  lookup_run_warn: [3, 5, 8],
+  run_warn: [8, 12, 20],
+  tree_grace_turns: [120, 240, 360],
 };
 
 const LOOP_OF: Record<string, string> = {
@@ -180,6 +186,9 @@ const LOOP_OF: Record<string, string> = {
   top_ro_warn: 'top_ro_loop',
   session_repeat_warn: 'session_repeat_loop',
   continuation_warn: 'continuation_loop',
+  landed_repeat_warn: 'landed_repeat_loop',
+  lookup_run_warn: 'lookup_run_loop',
+  run_warn: 'run_loop',
 };
 
 /** Every combination of the grid over the base knobs (a loop threshold is raised to its warn one when below). */

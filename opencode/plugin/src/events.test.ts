@@ -94,7 +94,7 @@ describe('progress events from captured opencode 1.18.33 hooks', () => {
   });
 
   it('counts a call that fired tool.execute.after and then ended as an interrupted error once (doom_loop rejected)', () => {
-    // Shape from the reference (section 3): after fired with normal output, then the part
+    // Shape verified on opencode 1.18.33 (docs/opencode.md): after fired with normal output, then the part
     // ended as {status:"error", error:"Tool execution aborted", metadata:{interrupted:true}}.
     const sensor = new ProgressSensor({ book: new SessionBook(), cwd: CWD });
     const input = { tool: 'read', sessionID: ROOT, callID: 'call_9_0_x', args: { filePath: `${CWD}/src/app.js` } };
