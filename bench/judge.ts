@@ -3,14 +3,26 @@
 //   node --expose-gc bin/run-ts.mjs bench/judge.ts [--quick]
 // Goals: judge >= 0.4x one-shot sha256 over the same strings; converter >= 0.6x bare
 // JSON.stringify + sha256 of the same args; <= 4 KB per session at 10k and 100k
-// sessions with full 60-event windows of distinct fingerprints.
+// sessions with full 60-event windows of distinct fingerprints. The session-hygiene
+// judge's updates/s are printed beside the no-progress judge's on the same inputs.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ProgressEvent, ToolEvent } from '../core/wire.ts';
-import { onProgress, SessionState, Tracker } from '../detectors/no-progress/judge.ts';
+import type { ProgressEvent, RequestRecord, ToolEvent } from '../core/wire.ts';
+import { onRequest as npOnRequest, onProgress, SessionState, Tracker } from '../detectors/no-progress/judge.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
+import {
+  envelopeOf,
+  type HygieneState,
+  onEvent as hyOnEvent,
+  onRequest as hyOnRequest,
+  learnAssistant,
+  learnRequest,
+  newEnvelopeBook,
+  newHygieneState,
+} from '../detectors/session-hygiene/judge.ts';
+import { defaultHygieneOptions } from '../detectors/session-hygiene/options.ts';
 import { normalizeCall, sha256Hex } from '../opencode/normalize.ts';
 import { generateCalibration, rng, toJsonl } from '../test/fixtures/calibration.ts';
 
@@ -133,6 +145,162 @@ function randomCall(): { tool: string; args: Record<string, unknown> } {
     `${fmt(hashRate)} sha256/s`,
     pureRate / hashRate,
     'goal >= 0.4',
+  );
+}
+
+// 1b. the session-hygiene judge beside the no-progress judge, same inputs, same run: a
+// mixed stream as the service would get it with the router and the plugin both on (per
+// model step a request record, an assistant event and a tool event; per turn a prompt
+// and a session_stats reading; some retries and images), 2,000 sessions interleaved.
+// Each judge is offered every input; the no-progress judge skips the kinds it does not
+// know, as its dispatch does. Fresh states each round, so every round does the same work.
+{
+  const N = quick ? 100_000 : 400_000;
+  const SESSIONS = 2_000;
+  const hk = defaultHygieneOptions();
+  type Input = { type: 'progress'; event: ProgressEvent } | { type: 'request'; record: RequestRecord };
+  const inputs: Input[] = [];
+  const sidx = new Int32Array(N);
+  const cursor = Array.from({ length: SESSIONS }, (_, i) => ({
+    turn: 0,
+    step: -1,
+    phase: 0,
+    base: 20_000 + (i % 40) * 5_000,
+  }));
+  const model = (i: number) => `prov/model-${i % 7}`;
+  const pool = Array.from({ length: 4_096 }, () => {
+    const c = randomCall();
+    const f = normalizeCall(c.tool, c.args, { cwd: '/home/op/cockpit' });
+    return { tool: c.tool, fingerprint: f.fingerprint, target: f.target };
+  });
+  for (let i = 0; i < N; i++) {
+    const si = i % SESSIONS;
+    const c = cursor[si];
+    const session_id = `ses_${si}`;
+    const ts = 1_796_000_000_000 + i * 50;
+    sidx[i] = si;
+    if (c.step < 0) {
+      inputs.push({
+        type: 'progress',
+        event: { kind: 'prompt', session_id, ts, resume: c.turn > 0, call_id: `msg_${si}_${c.turn}_u` },
+      });
+      c.step = 0;
+      continue;
+    }
+    const tokens = c.base + c.turn * 4_000 + c.step * 3_000;
+    const last = c.step === 7;
+    if (c.phase === 0) {
+      inputs.push({
+        type: 'request',
+        record: {
+          session_id,
+          request_id: `req_${si}_${c.turn}_${c.step}`,
+          model: model(si),
+          prompt_tokens: tokens,
+          cached_tokens: Math.round(tokens * 0.8),
+          completion_tokens: 300,
+          visible_output: r() > 0.002,
+          finish_reason: last ? 'stop' : 'tool_calls',
+          status: 200,
+          ts,
+        },
+      });
+    } else if (c.phase === 1) {
+      inputs.push({
+        type: 'progress',
+        event: {
+          kind: 'assistant',
+          session_id,
+          call_id: `msg_${si}_${c.turn}_${c.step}`,
+          model: model(si),
+          input_tokens: Math.round(tokens * 0.2),
+          output_tokens: 300,
+          reasoning_tokens: 0,
+          cache_read_tokens: tokens - Math.round(tokens * 0.2),
+          cache_write_tokens: 0,
+          finish: last ? 'stop' : 'tool-calls',
+          visible_output: true,
+          ts,
+        },
+      });
+    } else if (c.phase === 2) {
+      const x = r();
+      inputs.push({
+        type: 'progress',
+        event:
+          x < 0.02
+            ? { kind: 'retry', session_id, attempt: 1 + Math.floor(r() * 3), ts }
+            : x < 0.03
+              ? { kind: 'image', session_id, call_id: `prt_${i}`, bytes: 150_000, ts }
+              : {
+                  kind: 'tool',
+                  session_id,
+                  agent: 'sisyphus-junior',
+                  ...pool[i % pool.length],
+                  call_id: `call_${i}`,
+                  exit: r() < 0.1 ? 1 : 0,
+                  landed: r() < 0.02,
+                  ts,
+                },
+      });
+    } else {
+      inputs.push({
+        type: 'progress',
+        event: {
+          kind: 'session_stats',
+          session_id,
+          messages: c.turn * 30,
+          stored_bytes: c.turn * 200_000,
+          live: true,
+          ts,
+        },
+      });
+    }
+    // phases: record, assistant, tool (or retry/image); a stats reading after the turn's last step
+    c.phase = c.phase + 1;
+    if (c.phase === 3 && !last) {
+      c.phase = 0;
+      c.step++;
+    } else if (c.phase === 4) {
+      c.phase = 0;
+      c.step = -1;
+      c.turn++;
+    }
+  }
+  const known = (e: ProgressEvent) => e.kind === 'tool' || e.kind === 'continuation' || e.kind === 'compaction_done';
+  let hyChanges = 0;
+  const [npRate, hyRate] = rates(N, [
+    () => {
+      const st = Array.from({ length: SESSIONS }, () => new SessionState(knobs.window));
+      for (let i = 0; i < N; i++) {
+        const x = inputs[i];
+        if (x.type === 'request') npOnRequest(st[sidx[i]], x.record, knobs);
+        else if (known(x.event)) onProgress(st[sidx[i]], x.event, knobs);
+      }
+    },
+    () => {
+      const st: HygieneState[] = Array.from({ length: SESSIONS }, (_, i) => newHygieneState(`ses_${i}`));
+      const book = newEnvelopeBook();
+      hyChanges = 0;
+      for (let i = 0; i < N; i++) {
+        const x = inputs[i];
+        if (x.type === 'request') {
+          hyChanges += hyOnRequest(st[sidx[i]], x.record, hk, envelopeOf(book, x.record.model)).length;
+          learnRequest(book, x.record, hk);
+        } else if (x.event.kind === 'assistant' && x.event.model !== undefined) {
+          hyChanges += hyOnEvent(st[sidx[i]], x.event, hk, envelopeOf(book, x.event.model)).length;
+          learnAssistant(book, x.event, hk);
+        } else hyChanges += hyOnEvent(st[sidx[i]], x.event, hk).length;
+      }
+    },
+  ]);
+  line('no-progress updates/s (mixed)', fmt(npRate), '(same inputs)', 1, `${fmt(N)} inputs`);
+  line(
+    'hygiene updates/s (mixed)',
+    fmt(hyRate),
+    `${fmt(npRate)} no-progress/s`,
+    hyRate / npRate,
+    `${hyChanges} changes`,
   );
 }
 

@@ -78,11 +78,125 @@ export const MarkerEventSchema = z.strictObject({
   landed: z.literal(false).default(false),
 });
 
-/** A progress event: a tool call (the default `kind`) or a marker. */
-export const ProgressEventSchema = z.discriminatedUnion('kind', [ToolEventSchema, MarkerEventSchema]);
+// Session-hygiene facts (detectors/session-hygiene, docs/session-hygiene.md): sizes,
+// counts, times and bounded codes of a session's model calls, never their content.
+
+/** `providerID/modelID`, as in request records. */
+export const ModelSchema = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+/**
+ * A machine code (finish reason, error name, provider error code or type): a word, not a
+ * sentence, so no message or response body can ride along in it.
+ */
+export const CodeSchema = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.:/-]+$/, 'a code: letters, digits and _ . : / -');
+
+const TokensSchema = z.number().int().min(0).max(1_000_000_000);
+const BytesSchema = z.number().int().min(0).max(1_000_000_000_000);
+
+/**
+ * One finished model call of a session: an opencode assistant message (one per model
+ * step) once it has `time.completed` or an `error`. Sizes and codes only.
+ */
+export const AssistantEventSchema = z.strictObject({
+  kind: z.literal('assistant'),
+  ...common,
+  /** The assistant message id, so a re-read of the same history counts once. */
+  call_id: IdSchema,
+  model: ModelSchema.optional(),
+  /** opencode `tokens.input`: the prompt's uncached part (cache reads and writes are apart). */
+  input_tokens: TokensSchema.default(0),
+  output_tokens: TokensSchema.default(0),
+  reasoning_tokens: TokensSchema.default(0),
+  cache_read_tokens: TokensSchema.default(0),
+  cache_write_tokens: TokensSchema.default(0),
+  /** opencode `finish` ("tool-calls" continues the turn; "stop" and the rest end it). */
+  finish: CodeSchema.optional(),
+  /** opencode `error.name` ("APIError", "MessageAbortedError", ...); never `error.data.message`. */
+  error_name: CodeSchema.optional(),
+  /** The provider's status or error code when the sender can read one ("400", "context_length_exceeded"). */
+  error_code: CodeSchema.optional(),
+  /** False when the call produced no text and no tool call (reasoning alone is not visible). */
+  visible_output: z.boolean(),
+  /** A compaction summary (opencode `summary: true`): not a step of the agent's work. */
+  summary: z.boolean().optional(),
+});
+
+/** opencode `session.status` `{type: "retry", attempt, next}`: the provider call is being retried. Never its message. */
+export const RetryEventSchema = z.strictObject({
+  kind: z.literal('retry'),
+  ...common,
+  /** The assistant message being retried, when the sender knows it. */
+  call_id: IdSchema.optional(),
+  attempt: z.number().int().min(1).max(1_000_000),
+  /** When the next attempt is due (epoch ms after parsing). */
+  next: TimestampSchema.optional(),
+});
+
+/** An image entered the conversation (an opencode `file` part with an image mime): its size only. */
+export const ImageEventSchema = z.strictObject({
+  kind: z.literal('image'),
+  ...common,
+  /** The part id, so a re-read counts once. */
+  call_id: IdSchema.optional(),
+  bytes: BytesSchema,
+});
+
+/** The session's bulk as the sensor measured it at `ts`. */
+export const SessionStatsEventSchema = z.strictObject({
+  kind: z.literal('session_stats'),
+  ...common,
+  /** Every progress event may carry an id for the sender's own dedupe (here: of the reading). */
+  call_id: IdSchema.optional(),
+  /** Messages stored for the session (all of them: compaction keeps the full history). */
+  messages: z.number().int().min(0).max(100_000_000),
+  /** Bytes of the session's stored messages and parts. */
+  stored_bytes: BytesSchema,
+  /** Bytes of the history the model is sent (since the last compaction), when the sender measures it. */
+  history_bytes: BytesSchema.optional(),
+  /** The newest model-side write to the session (assistant message or part), epoch ms; the user's own prompt excluded. */
+  updated_at: TimestampSchema.optional(),
+  /** The opencode process serving the session answered (false: read from its database file only). */
+  live: z.boolean(),
+});
+
+/**
+ * A user prompt sent to the session: a turn starts. `resume` is true when the session was
+ * idle with history before it (every resume restores the whole history). `call_id` is the
+ * user message id. Never the prompt's text.
+ */
+export const PromptEventSchema = z.strictObject({
+  kind: z.literal('prompt'),
+  ...common,
+  call_id: IdSchema.optional(),
+  resume: z.boolean(),
+});
+
+/** A progress event: a tool call (the default `kind`), a marker, or a session-hygiene fact. */
+export const ProgressEventSchema = z.discriminatedUnion('kind', [
+  ToolEventSchema,
+  MarkerEventSchema,
+  AssistantEventSchema,
+  RetryEventSchema,
+  ImageEventSchema,
+  SessionStatsEventSchema,
+  PromptEventSchema,
+]);
 
 export type ToolEvent = z.output<typeof ToolEventSchema>;
 export type MarkerEvent = z.output<typeof MarkerEventSchema>;
+export type AssistantEvent = z.output<typeof AssistantEventSchema>;
+export type RetryEvent = z.output<typeof RetryEventSchema>;
+export type ImageEvent = z.output<typeof ImageEventSchema>;
+export type SessionStatsEvent = z.output<typeof SessionStatsEventSchema>;
+export type PromptEvent = z.output<typeof PromptEventSchema>;
 export type ProgressEvent = z.output<typeof ProgressEventSchema>;
 export type ProgressEventInput = z.input<typeof ProgressEventSchema>;
 
@@ -107,6 +221,17 @@ export const RequestRecordSchema = z.strictObject({
   cached_tokens: z.number().int().min(0).max(1_000_000_000).optional(),
   cost_usd: z.number().min(0).max(1_000_000).optional(),
   ts: TimestampSchema,
+  /** Output tokens the upstream billed. */
+  completion_tokens: TokensSchema.optional(),
+  /** False when a completed call produced no text and no tool call (an empty generation). */
+  visible_output: z.boolean().optional(),
+  /** The upstream's finish reason ("stop", "tool_calls", "length", ...). */
+  finish_reason: CodeSchema.optional(),
+  /** HTTP status of the upstream's answer. */
+  status: z.number().int().min(100).max(599).optional(),
+  /** On a terminal error: the provider's error code and type, never its message or body. */
+  error_code: CodeSchema.optional(),
+  error_type: CodeSchema.optional(),
 });
 export type RequestRecord = z.output<typeof RequestRecordSchema>;
 export type RequestRecordInput = z.input<typeof RequestRecordSchema>;
