@@ -305,13 +305,6 @@ export const LineSchema = (max: number) =>
     .max(max)
     .regex(/^[\x20-\x7e]*$/, 'printable ASCII');
 
-/** A model id as the router names it (`providerID/modelID`). */
-export const ModelSchema = z
-  .string()
-  .min(1)
-  .max(200)
-  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
-
 /** A verdict from outside the detectors (the watchdog), tagged with its source. */
 export const ExternalVerdictSchema = z.strictObject({
   session_id: IdSchema,
