@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import { createRegistry } from '../builtins.ts';
 import type { BehaviorBreaker } from '../detectors/behavior-breaker/breaker.detector.ts';
@@ -69,6 +70,8 @@ export class Vigil {
     watchdog: undefined as undefined | { last_tick_at: number; result: unknown; received_at: number },
     plugins: new Map<string, number>(),
   };
+  /** Live notifications for the admin page; names and payloads in service/admin/events.ts. */
+  readonly events = new EventEmitter();
   private started = false;
 
   constructor(
@@ -91,10 +94,11 @@ export class Vigil {
     c.register(TOKENS.Env, { useValue: env });
     this.container = c;
     this.knobs = new Knobs(registry, config, store, logger.child({ part: 'knobs' }));
+    this.knobs.onChange((k) => this.events.emit('knobs', k));
     c.register(TOKENS.Knobs, { useValue: this.knobs });
     this.metrics = new Metrics(() => queue.depth());
 
-    this.deliveryLog = new DeliveryLog(store, config.notifications.log_size);
+    this.deliveryLog = new DeliveryLog(store, config.notifications.log_size, this.events);
     c.register(TOKENS.DeliveryLog, { useValue: this.deliveryLog });
     for (const entry of config.notifications.channels as ChannelEntry[]) {
       const plugin = registry.channel(entry.type);
@@ -144,6 +148,7 @@ export class Vigil {
     if (!bb) throw new AppError('PLUGIN_CREATE_FAILED', 'the behavior-breaker detector is not registered');
     this.breaker = bb.create(c, config.breaker) as BehaviorBreaker;
     this.engine.breaker = this.breaker;
+    this.engine.events = this.events;
   }
 
   async start(): Promise<void> {

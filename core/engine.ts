@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import type { DependencyContainer } from 'tsyringe';
 import type { NoProgressKnobs } from '../detectors/no-progress/knobs.ts';
 import {
@@ -97,6 +98,8 @@ export interface ExternalVerdictInput {
 export class Engine {
   readonly directives: DirectiveQueue;
   breaker: ModelBreaker = NO_BREAKER;
+  /** Live notifications (Vigil.events): transition, tree, progress, request. */
+  events?: EventEmitter;
 
   constructor(
     private readonly container: DependencyContainer,
@@ -142,6 +145,7 @@ export class Engine {
       for (const c of changes) await this.onTransition(c);
       if (changes.length) all.push(...changes);
     }
+    this.events?.emit('progress', { sessions: [...new Set(events.map((e) => e.session_id))] });
     return all;
   }
 
@@ -155,6 +159,7 @@ export class Engine {
       await this.breaker
         .onRequest(r)
         .catch((err) => this.logger.warn({ err: (err as Error).message }, 'breaker failed'));
+      this.events?.emit('request', { session: r.session_id, model: r.model, prompt_tokens: r.prompt_tokens });
       for (const c of changes) await this.onTransition(c);
       all.push(...changes);
     }
@@ -197,6 +202,7 @@ export class Engine {
     await this.breaker
       .onVerdict(c, models)
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'breaker failed'));
+    this.events?.emit('transition', { session: c.session_id, from: c.from, to: c.to, source: c.source, root });
   }
 
   /** Runs the mode's pure decision compare-and-set on the tree, then queues its directives and alerts. */
@@ -206,6 +212,11 @@ export class Engine {
     const d = await this.store.update<TreeState, Decision>(`tree:${root}`, (cur) => {
       const r = mode.decide(cur ?? emptyTree(root, now), ev, now);
       return { value: r.tree, result: r, ttlMs: 30 * 86_400_000 };
+    });
+    this.events?.emit('tree', {
+      root,
+      stage: d.tree.stage,
+      refused: Boolean(d.tree.refuse_all) || Object.keys(d.tree.refused).length > 0,
     });
     await this.directives.push(root, d.directives, now);
     for (const a of d.alerts) {

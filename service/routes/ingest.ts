@@ -154,6 +154,7 @@ export const ingestRoutes =
           received_at: vigil.clock.now(),
         };
         await vigil.store.set('watchdog:last', vigil.health.watchdog);
+        vigil.events.emit('heartbeat', vigil.health.watchdog);
         // A blind watchdog (opencode's API changed shape) must not pass for "all healthy":
         // one warning, resolved by the next tick that reads again. Transitions only.
         const { status, error } = req.body.result;
