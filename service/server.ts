@@ -10,6 +10,7 @@ import {
 import type { Vigil } from '../core/app.ts';
 import { ConfigError } from '../core/config.ts';
 import { isAppError } from '../core/errors.ts';
+import { adminPage, pageAware } from './admin/index.ts';
 import { adminGuard, isLoopback } from './auth.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
@@ -68,7 +69,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
         `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
       );
     }
-    app.addHook('onRequest', admin);
+    app.addHook('onRequest', pageAware(admin));
   }
 
   app.setErrorHandler((err, req, reply) => {
@@ -102,6 +103,10 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   await app.register(adminRoutes(vigil, admin));
   await app.register(gateRoutes(vigil));
   await app.register(breakerRoutes(vigil, admin));
+  const guarded = Boolean(opts.host && !isLoopback(opts.host));
+  await app.register(
+    adminPage(vigil, { admin, guarded, tokenConfigured: Boolean(token), version: opts.version ?? '0.0.0' }),
+  );
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Vigil } from '../../core/app.ts';
 import { AppError } from '../../core/errors.ts';
 import { IdSchema } from '../../core/wire.ts';
+import { withExtras } from '../admin/index.ts';
 
 export const readoutRoutes =
   (vigil: Vigil): FastifyPluginAsyncZod =>
@@ -15,7 +16,7 @@ export const readoutRoutes =
           querystring: z.strictObject({ limit: z.coerce.number().int().min(1).max(10_000).default(1000) }),
         },
       },
-      async (req) => vigil.engine.sessionRows(req.query.limit),
+      async (req) => withExtras(vigil, await vigil.engine.sessionRows(req.query.limit)),
     );
 
     app.get(
