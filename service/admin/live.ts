@@ -158,18 +158,29 @@ export class Live {
       for (const id of this.dirty) {
         this.dirty.delete(id);
         // Turns and dollars roll up: a child's event changes its ancestors' rows too.
-        for (const a of [id, ...(await this.vigil.detector.ancestors(id))]) ids.add(a);
+        const up = await this.vigil.detector.ancestors(id);
+        const root = up.length ? up[up.length - 1] : id;
+        for (const a of [id, ...up]) {
+          ids.add(a);
+          this.remember(a, root);
+        }
         if (ids.size >= this.o.batch) break;
+      }
+      const series = seriesOf(this.vigil);
+      if (!this.clients.size) {
+        // Nobody is watching: sample the sparkline rings only, which needs the verdict alone.
+        for (const id of ids) {
+          if (!(await this.vigil.detector.state(id))) continue;
+          const eff = await this.vigil.detector.effective(id);
+          series.push(id, 'turns_since_landed', eff.verdict.signals.turns_since_landed);
+        }
+        return;
       }
       const rows = (await Promise.all([...ids].map((id) => this.vigil.engine.sessionRow(id)))).filter(
         (r): r is SessionRow => r !== undefined,
       );
-      const series = seriesOf(this.vigil);
-      for (const r of rows) {
-        series.push(r.session, 'turns_since_landed', r.turns_since_landed);
-        this.remember(r.session, r.root);
-      }
-      if (rows.length && this.clients.size) {
+      for (const r of rows) series.push(r.session, 'turns_since_landed', r.turns_since_landed);
+      if (rows.length) {
         this.send('sessions', { rows: await withExtras(this.vigil, rows, await trippedModels(this.vigil)) });
       }
     } catch (err) {

@@ -15,8 +15,17 @@ interface TestAnswer {
 
 function ChannelRow({ c, onChange }: { c: Channel; onChange: () => void }) {
   const id = `ch-${c.name}`;
+  // Shown at once (a redraw before the answer must not flip the control back), undone if refused.
   const patch = async (body: Partial<Channel>) => {
-    errors.set(c.name, await act(() => api('PATCH', `/channels/${encodeURIComponent(c.name)}`, body)));
+    const undo = Object.fromEntries(Object.keys(body).map((k) => [k, c[k as keyof Channel]]));
+    const set = (p: Partial<Channel>) => {
+      S.channels = S.channels.map((x) => (x.name === c.name ? { ...x, ...p } : x));
+    };
+    set(body);
+    onChange();
+    const err = await act(() => api('PATCH', `/channels/${encodeURIComponent(c.name)}`, body));
+    errors.set(c.name, err);
+    if (err) set(undo);
     onChange();
   };
   const test = async () => {

@@ -86,8 +86,16 @@ const errors = new Map<string, string>();
 let saved = '';
 let general = '';
 
+const setIn = (o: Record<string, unknown>, path: string[], value: unknown): Record<string, unknown> => {
+  const [k, ...rest] = path;
+  return { ...o, [k]: rest.length ? setIn((o[k] as Record<string, unknown>) ?? {}, rest, value) : value };
+};
+
 async function submit(section: string, path: string[], value: unknown, onChange: () => void): Promise<boolean> {
   const full = [section, ...path].join('.');
+  const before = S.knobs;
+  // Shown at once so a redraw before the answer keeps the new value; the answer or the undo replaces it.
+  S.knobs = setIn(S.knobs, [section, ...path], value);
   try {
     S.knobs = await api<Record<string, unknown>>('PATCH', '/knobs', nest([section, ...path], value));
     errors.clear();
@@ -96,6 +104,7 @@ async function submit(section: string, path: string[], value: unknown, onChange:
     onChange();
     return true;
   } catch (e) {
+    S.knobs = before;
     errors.clear();
     saved = '';
     const problems = e instanceof ApiError ? e.problems : [];

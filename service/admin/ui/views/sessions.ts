@@ -52,9 +52,18 @@ export function trees(rows: Iterable<AdminRow>): Tree[] {
   return out.sort((a, b) => (SEVERITY[b.worst] ?? 0) - (SEVERITY[a.worst] ?? 0) || b.last.localeCompare(a.last));
 }
 
+// Sparkline columns: whatever series the rows carry, the known ones first and named short.
+const SERIES_LABELS: Record<string, string> = { turns_since_landed: 'turns trend', prompt_tokens: 'tokens/call' };
+const seriesNames = (rows: Iterable<AdminRow>): string[] => {
+  const names = new Set(Object.keys(SERIES_LABELS));
+  for (const r of rows) for (const k of Object.keys(r.series ?? {})) names.add(k);
+  return [...names];
+};
+const seriesLabel = (name: string) => SERIES_LABELS[name] ?? name.replace(/_/g, ' ');
+
 const resumeErrors = new Map<string, string>();
 
-function TreeHead({ t, onChange }: { t: Tree; onChange: () => void }) {
+function TreeHead({ t, cols, onChange }: { t: Tree; cols: number; onChange: () => void }) {
   const [busy, setBusy] = useState(false);
   const stopped = t.stage === 3;
   const resume = async () => {
@@ -67,7 +76,7 @@ function TreeHead({ t, onChange }: { t: Tree; onChange: () => void }) {
     onChange();
   };
   return html`<tr class="tree" data-root=${t.root}>
-    <th colspan="14" scope="rowgroup">
+    <th colspan=${cols} scope="rowgroup">
       <span>tree ${t.root}</span>
       <span class=${`badge v-${t.worst}`}>${t.worst}</span>
       ${t.stage ? html`<span class="badge stage">stage ${t.stage}${stopped ? ' hard stop' : ''}</span>` : null}
@@ -82,7 +91,17 @@ function TreeHead({ t, onChange }: { t: Tree; onChange: () => void }) {
   </tr>`;
 }
 
-function Row({ row, depth, onOpen }: { row: AdminRow; depth: number; onOpen: (id: string) => void }) {
+function Row({
+  row,
+  depth,
+  series,
+  onOpen,
+}: {
+  row: AdminRow;
+  depth: number;
+  series: string[];
+  onOpen: (id: string) => void;
+}) {
   const plugin = row.plugin_live ? 'live' : row.plugin_version ? 'stale' : 'none';
   const others = Object.entries(row.detectors ?? {}).filter(([k, d]) => k !== 'no-progress' && d.level !== 'ok');
   return html`<tr data-session=${row.session} class=${`v-row-${row.verdict}`}>
@@ -100,8 +119,7 @@ function Row({ row, depth, onOpen }: { row: AdminRow; depth: number; onOpen: (id
     <td class=${`plugin-${plugin}`}>${plugin}</td>
     <td>${clock(row.last_event_at)}</td>
     <td>${others.length ? others.map(([k, d]) => html`<span class=${`badge lvl-${d.level}`} title=${d.reason}>${k}: ${d.level}</span>`) : '-'}</td>
-    <td><${Spark} values=${row.series?.turns_since_landed ?? []} label="turns since landed" /></td>
-    <td><${Spark} values=${row.series?.prompt_tokens ?? []} label="prompt tokens per call" /></td>
+    ${series.map((n) => html`<td><${Spark} values=${row.series?.[n] ?? []} label=${n.replace(/_/g, ' ')} /></td>`)}
   </tr>`;
 }
 
@@ -119,6 +137,7 @@ export function SessionsView({ onChange }: { onChange: () => void }) {
     onChange();
   };
   const ts = trees(S.sessions.values());
+  const series = seriesNames(S.sessions.values());
   const failures = S.deliveries.filter((d) => d.outcome === 'failed').slice(0, 10);
   return html`<section aria-labelledby="h-sessions">
     <h2 id="h-sessions">Sessions</h2>
@@ -128,12 +147,12 @@ export function SessionsView({ onChange }: { onChange: () => void }) {
         <th scope="col">session</th><th scope="col">agent</th><th scope="col">parent</th><th scope="col">verdict</th>
         <th scope="col">stage</th><th scope="col">turns</th><th scope="col">$ since landed</th><th scope="col">top repeated</th>
         <th scope="col">models</th><th scope="col">plugin</th><th scope="col">last event</th><th scope="col">detectors</th>
-        <th scope="col">turns</th><th scope="col">tokens/call</th>
+        ${series.map((n) => html`<th scope="col" title=${n}>${seriesLabel(n)}</th>`)}
       </tr></thead>
       ${ts.map(
         (t) => html`<tbody key=${t.root}>
-          <${TreeHead} t=${t} onChange=${onChange} />
-          ${t.rows.map((r) => html`<${Row} key=${r.row.session} row=${r.row} depth=${r.depth} onOpen=${load} />`)}
+          <${TreeHead} t=${t} cols=${12 + series.length} onChange=${onChange} />
+          ${t.rows.map((r) => html`<${Row} key=${r.row.session} row=${r.row} depth=${r.depth} series=${series} onOpen=${load} />`)}
         </tbody>`,
       )}
     </table>
