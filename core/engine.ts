@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import type { Severity } from './alert.ts';
+import type { VigilEventMap, VigilEventName } from './bus.ts';
 import type { Clock } from './clock.ts';
 import {
   type Decision,
@@ -141,7 +142,14 @@ export class Engine {
       }
       if (out.length) all = [...all, ...(await this.handle(out))];
     }
+    if (this.events.listenerCount('progress')) {
+      this.emit('progress', { sessions: [...new Set(events.map((e) => e.session_id))] });
+    }
     return all;
+  }
+
+  private emit<K extends VigilEventName>(name: K, payload: VigilEventMap[K]): void {
+    this.events.emit(name, payload);
   }
 
   async requests(records: readonly RequestRecord[]): Promise<readonly Transition[]> {
@@ -165,6 +173,9 @@ export class Engine {
         if (t.length) out = out === NONE ? [...t] : [...out, ...t];
       }
       this.metrics.judged(t0);
+      if (this.events.listenerCount('request')) {
+        this.emit('request', { session: r.session_id, model: r.model, prompt_tokens: r.prompt_tokens });
+      }
       if (out.length) all = [...all, ...(await this.handle(out))];
     }
     return all;
@@ -237,8 +248,7 @@ export class Engine {
       const id = t.subject.id;
       const root = await this.tree.rootOf(id);
       const meta = await this.tree.meta(id);
-      this.events.emit('transition', { ...t, root });
-      await this.modeEvent(root, {
+      const handled = this.modeEvent(root, {
         type: 'verdict',
         session_id: id,
         root_id: root,
@@ -255,10 +265,11 @@ export class Engine {
         ...(t.severity ? { severity: t.severity } : {}),
         ...(t.title ? { title: t.title } : {}),
       });
+      await handled;
+      this.emit('transition', { session: id, detector: t.detector, from: t.from, to: t.to, source: t.source, root });
       return;
     }
     // Not a session: the detector's own incident, raised or resolved as it says.
-    this.events.emit('transition', t);
     const severity: Severity = t.severity ?? (t.to === 'looping' ? 'critical' : 'warning');
     await this.alert({
       dedup_key: t.dedup_key ?? `${t.detector}:${t.subject.id}`,
@@ -289,7 +300,11 @@ export class Engine {
     });
     await this.directives.push(root, d.directives, now);
     for (const a of d.alerts) await this.alert(a);
-    this.events.emit('tree', d.tree);
+    this.emit('tree', {
+      root,
+      stage: d.tree.stage,
+      refused: Boolean(d.tree.refuse_all) || Object.keys(d.tree.refused).length > 0,
+    });
     return d;
   }
 

@@ -119,8 +119,9 @@ export class Vigil {
     c.register(TOKENS.Events, { useValue: this.events });
     this.container = c;
     this.knobs = new Knobs(registry, config, store, logger.child({ part: 'knobs' }));
-    this.knobs.onChange(() => {
+    this.knobs.onChange((k) => {
       this.modeCache = undefined;
+      this.events.emit('knobs', k);
     });
     c.register(TOKENS.Knobs, { useValue: this.knobs });
     this.metrics = new Metrics(() => queue.depth());
@@ -128,7 +129,7 @@ export class Vigil {
     this.tree = new SessionTree(store, clock);
     c.register(TOKENS.Tree, { useValue: this.tree });
 
-    this.deliveryLog = new DeliveryLog(store, config.notifications.log_size);
+    this.deliveryLog = new DeliveryLog(store, config.notifications.log_size, this.events);
     c.register(TOKENS.DeliveryLog, { useValue: this.deliveryLog });
     for (const entry of config.notifications.channels as ChannelEntry[]) {
       const plugin = registry.channel(entry.type);

@@ -8,8 +8,10 @@ import {
   validatorCompiler,
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
+import { ConfigError } from '../core/config.ts';
 import { isAppError } from '../core/errors.ts';
 import type { Vigil } from '../core/vigil.ts';
+import { adminPage, pageAware } from './admin/index.ts';
 import { adminGuard, isLoopback } from './auth.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
@@ -25,6 +27,12 @@ export interface ServerOptions {
   version?: string;
   /** The address the service binds: off loopback every route needs the admin token. */
   host?: string;
+}
+
+/** `progress.dup_warn: Too big ...` -> {path, message}; a path never contains ': '. */
+function problemOf(p: string): { path: string; message: string } {
+  const i = p.indexOf(': ');
+  return i < 0 ? { path: '(root)', message: p } : { path: p.slice(0, i), message: p.slice(i + 2) };
 }
 
 // The zod type provider and the pino logger make the full generic unwieldy.
@@ -61,7 +69,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
         `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
       );
     }
-    app.addHook('onRequest', admin);
+    app.addHook('onRequest', pageAware(admin));
   }
 
   app.setErrorHandler((err, req, reply) => {
@@ -71,9 +79,11 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
       return reply.code(400).send({ statusCode: 400, code: 'BAD_INPUT', error: 'Bad Request', message });
     }
     if (isAppError(err)) {
+      // A config or knob error also lists each problem by path, so a form can show it beside its field.
+      const problems = err instanceof ConfigError ? { problems: err.problems.map(problemOf) } : {};
       return reply
         .code(err.statusCode)
-        .send({ statusCode: err.statusCode, code: err.code, error: err.name, message: err.message });
+        .send({ statusCode: err.statusCode, code: err.code, error: err.name, message: err.message, ...problems });
     }
     const status = (err as { statusCode?: number }).statusCode ?? 500;
     if (status >= 500) req.log.error({ err: (err as Error).message }, 'request failed');
@@ -93,6 +103,10 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   await app.register(adminRoutes(vigil, admin));
   await app.register(gateRoutes(vigil));
   await app.register(pluginRoutes(vigil, admin));
+  const guarded = Boolean(opts.host && !isLoopback(opts.host));
+  await app.register(
+    adminPage(vigil, { admin, guarded, tokenConfigured: Boolean(token), version: opts.version ?? '0.0.0' }),
+  );
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

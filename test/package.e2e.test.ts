@@ -2,6 +2,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { freePort, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
 import { tempDir } from './helpers/index.ts';
 
 // Vigil as an embedder meets it: `npm pack` (which builds dist/ with tsc), then
@@ -65,5 +66,34 @@ describe('the npm package', () => {
       { cwd: app, encoding: 'utf8' },
     );
     expect(kit.stdout.trim()).toBe('function function');
+  }, 60_000);
+
+  it('vigil serve from the package serves the built admin page', async () => {
+    const port = await freePort();
+    const p = startProc(
+      'packaged-serve',
+      process.execPath,
+      [join(app, 'node_modules/vigil/bin/vigil.mjs'), 'serve', '--port', String(port)],
+      {
+        cwd: app,
+        env: { PATH: process.env.PATH, VIGIL_LOG_LEVEL: 'warn' },
+        logDir: tempDir('vigil-packaged-log'),
+      },
+    );
+    try {
+      const page = await until(
+        'the admin page',
+        async () => {
+          const r = await fetch(`http://127.0.0.1:${port}/`);
+          return r.ok ? r.text() : undefined;
+        },
+        { detail: () => p.output() },
+      );
+      expect(page).toContain('<div id="app">');
+      const js = await fetch(`http://127.0.0.1:${port}/admin/assets/app.js`);
+      expect(js.status).toBe(200);
+    } finally {
+      await stopProc(p);
+    }
   }, 60_000);
 });

@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import type { AlertState, Severity } from '../alert.ts';
 import type { Store } from '../store/store.ts';
 
@@ -28,10 +29,12 @@ export class DeliveryLog {
   constructor(
     private readonly store: Store,
     private readonly cap: number,
+    private readonly events?: EventEmitter,
   ) {}
 
-  record(r: DeliveryRecord): Promise<void> {
-    return this.store.pushCapped(KEY, r, this.cap);
+  async record(r: DeliveryRecord): Promise<void> {
+    await this.store.pushCapped(KEY, r, this.cap);
+    this.events?.emit('delivery', r);
   }
 
   recent(limit = 100): Promise<DeliveryRecord[]> {

@@ -303,28 +303,33 @@ export class BehaviorBreaker implements Detector {
     return { enabled: v.enabled, tripped_models: v.models.filter((m) => m.tripped).map((m) => m.model) };
   }
 
-  /** The models table for the admin page. */
+  /** The models table for the admin page (GET /panels). */
   async panels(): Promise<Panel[]> {
     const v = await this.view(0);
+    const iso = (ms: number | null) => (ms ? new Date(ms).toISOString() : null);
     return [
       {
-        title: 'Behavior breaker: models',
+        title: `Behavior breaker: models (window ${Math.round(v.window_ms / 60_000)}m${v.enabled ? '' : ', disabled'})`,
         columns: [
           { key: 'model', label: 'model' },
           { key: 'tripped', label: 'tripped' },
-          { key: 'until', label: 'until' },
-          { key: 'served_sessions', label: 'sessions' },
-          { key: 'stalled_sessions', label: 'stalled' },
+          { key: 'until', label: 'skip until' },
           { key: 'trips', label: 'trips' },
-          { key: 'note', label: 'latest comparison' },
+          { key: 'backoff_level', label: 'backoff' },
+          { key: 'served_sessions', label: 'served' },
+          { key: 'stalled_sessions', label: 'stalled' },
+          { key: 'ratio', label: 'ratio' },
+          { key: 'note', label: 'last check' },
         ],
         rows: v.models.map((m) => ({
           model: m.model,
           tripped: m.tripped,
-          until: m.until ? new Date(m.until).toISOString() : null,
+          until: m.tripped ? iso(m.until) : null,
+          trips: m.trips,
+          backoff_level: m.backoff_level,
           served_sessions: m.served_sessions,
           stalled_sessions: m.stalled_sessions,
-          trips: m.trips,
+          ratio: m.last_check?.ratio ?? null,
           note: m.last_check?.note ?? null,
         })),
       },

@@ -134,14 +134,19 @@ export class NoProgressDetector implements Detector {
     // Kinds this judge does not know (another detector's signals) are not tool calls.
     if (ev.kind !== 'tool' && ev.kind !== 'continuation' && ev.kind !== 'compaction_done') return NONE;
     const k = this.knobs();
-    return this.step(ev.session_id, s, (st) => onProgress(st, ev, k), { type: 'progress', event: ev }, k);
+    const apply = (st: SessionState) => {
+      onProgress(st, ev, k);
+      // A session without a router counts turns in tool calls: sample those.
+      if (!st.sawRequest && ev.kind === 'tool') this.sample(ev.session_id, st, undefined);
+    };
+    return this.step(ev.session_id, s, apply, { type: 'progress', event: ev }, k);
   }
 
   onRequest(rec: RequestRecord, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
     const k = this.knobs();
     const apply = (st: SessionState) => {
       onRequest(st, rec, k);
-      this.sample(rec.session_id, st, rec.prompt_tokens, k);
+      this.sample(rec.session_id, st, rec.prompt_tokens);
     };
     return this.step(rec.session_id, s, apply, { type: 'request', record: rec }, k);
   }
@@ -325,22 +330,27 @@ export class NoProgressDetector implements Detector {
         calls: g.calls,
         landed: g.landed,
       },
-      ...(ser ? { series: { turns_since_landed: ser.turns, prompt_tokens: ser.tokens } } : {}),
+      ...(ser ? { series: { turns_since_landed: [...ser.turns], prompt_tokens: [...ser.tokens] } } : {}),
       ...(s.lastTs ? { last_event_at: s.lastTs } : {}),
     };
   }
 
-  /** One sparkline point per request record: turns since landed after it, its prompt tokens. */
-  private sample(id: string, st: SessionState, tokens: number, k: NoProgressKnobs): void {
+  /**
+   * One sparkline point per request record (turns since landed after it, its prompt
+   * tokens), or per tool call for a session no router reports. In-process, bounded.
+   */
+  private sample(id: string, st: SessionState, tokens: number | undefined): void {
     let ser = this.series.get(id);
     if (!ser) {
       ser = { turns: [], tokens: [] };
       this.series.set(id, ser);
     }
-    ser.turns.push(verdictOf(st, k).signals.turns_since_landed);
-    ser.tokens.push(tokens);
+    ser.turns.push(st.sawRequest ? st.reqSince : st.toolsSince);
     if (ser.turns.length > SERIES) ser.turns.shift();
-    if (ser.tokens.length > SERIES) ser.tokens.shift();
+    if (tokens !== undefined) {
+      ser.tokens.push(tokens);
+      if (ser.tokens.length > SERIES) ser.tokens.shift();
+    }
   }
 
   /** The incident report for a session (deterministic, no content); led by a worse external verdict. */

@@ -53,7 +53,14 @@ export const adminRoutes =
       },
       async (req) => {
         const c = vigil.notifier.setChannel(req.params.name, req.body);
-        return { name: c.name, enabled: c.enabled, min_severity: c.min_severity, resolve_messages: c.resolve_messages };
+        const out = {
+          name: c.name,
+          enabled: c.enabled,
+          min_severity: c.min_severity,
+          resolve_messages: c.resolve_messages,
+        };
+        vigil.events.emit('channel', out);
+        return out;
       },
     );
   };
