@@ -56,13 +56,21 @@ export const ChannelCommonSchema = z.strictObject({
 const COMMON_KEYS = new Set(Object.keys(ChannelCommonSchema.shape));
 
 export const NotificationsCoreSchema = {
-  /** Abort a delivery attempt after this long; it is then retried once. */
+  /** Abort a delivery attempt after this long (a timeout is retryable). */
   delivery_timeout: duration().prefault('10s'),
-  /** Wait before the single retry. */
+  /** Wait before the first retry; each later wait doubles (with jitter) up to retry_max_delay. */
   retry_delay: duration().prefault('2s'),
+  /** Ceiling of one wait between attempts (a provider's Retry-After may ask for longer). */
+  retry_max_delay: duration().prefault('5m'),
+  /** Keep retrying a failed delivery until the alert is this old, then log it as failed. */
+  max_age: duration().prefault('1h'),
+  /** Give up after this many attempts as well (0: only max_age limits). */
+  max_attempts: z.number().int().min(0).max(10_000).default(0),
+  /** In-process queue: on a clean stop, wait this long for queued alerts to go out. */
+  drain_timeout: duration().prefault('10s'),
   /** Delivery log entries kept (successes and failures). */
   log_size: z.number().int().positive().default(500),
-  /** Parallel deliveries per channel (across instances with Redis); 1 keeps each incident's messages in order. */
+  /** Parallel deliveries per channel in each process; 1 keeps each incident's messages in order. */
   concurrency: z.number().int().positive().max(64).default(1),
   /** BullMQ job lock; a worker that dies mid-delivery loses its lock after this and the job runs again. */
   lock_duration: duration().prefault('30s'),

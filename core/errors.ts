@@ -44,15 +44,28 @@ export function isAppError(e: unknown): e is AppError {
 export class DeliveryError extends AppError {
   constructor(
     message: string,
-    opts: { retryable: boolean; cause?: unknown; status?: number; providerCode?: string | number },
+    opts: {
+      retryable: boolean;
+      cause?: unknown;
+      status?: number;
+      providerCode?: string | number;
+      /** The provider said when to try again (Retry-After), in ms. */
+      retryAfterMs?: number;
+      /** The endpoint is gone for good (HTTP 410): the channel is disabled. */
+      gone?: boolean;
+    },
   ) {
     super('CHANNEL_DELIVERY_FAILED', message, opts);
     this.name = 'AppError';
     this.status = opts.status;
     this.providerCode = opts.providerCode;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.gone = opts.gone ?? false;
   }
   readonly status?: number;
   readonly providerCode?: string | number;
+  readonly retryAfterMs?: number;
+  readonly gone: boolean;
 }
 
 export function isDeliveryError(e: unknown): e is DeliveryError {

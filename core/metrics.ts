@@ -32,6 +32,25 @@ export class Metrics {
     labelNames: ['channel', 'outcome'],
     registers: [this.registry],
   });
+  readonly deliveries = new Counter({
+    name: 'vigil_deliveries_total',
+    help: 'Delivery attempts by channel and outcome (delivered, retried, failed, suppressed)',
+    labelNames: ['channel', 'outcome'],
+    registers: [this.registry],
+  });
+  readonly deliverySeconds = new Histogram({
+    name: 'vigil_delivery_seconds',
+    help: 'From the transition to its delivery, by channel',
+    labelNames: ['channel'],
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 1800],
+    registers: [this.registry],
+  });
+  readonly gateErrors = new Counter({
+    name: 'vigil_gate_errors_total',
+    help: 'Gate checks that failed or timed out and were answered by gate.on_error',
+    labelNames: ['answer'],
+    registers: [this.registry],
+  });
   readonly gate = new Counter({
     name: 'vigil_gate_answers_total',
     help: 'Gate answers, by action',

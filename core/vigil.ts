@@ -143,22 +143,26 @@ export class Vigil {
         });
       }
     }
+    const n = config.notifications;
     this.deliverer = new Deliverer(
       this.channels,
       this.deliveryLog,
-      config.notifications.delivery_timeout,
+      n.delivery_timeout,
+      { baseMs: n.retry_delay, maxDelayMs: n.retry_max_delay, maxAgeMs: n.max_age, maxAttempts: n.max_attempts },
       logger.child({ part: 'delivery' }),
       clock,
       store,
+      this.metrics,
     );
     this.notifier = new Notifier(
-      config.notifications.channels as ChannelEntry[],
+      n.channels as ChannelEntry[],
       store,
       queue,
       this.deliveryLog,
       clock,
       logger.child({ part: 'notifier' }),
     );
+    this.deliverer.onGone = (name, reason) => this.notifier.channelGone(name, reason);
     c.register(TOKENS.Notifier, { useValue: this.notifier });
 
     // Detectors report transitions outside an input (a timer, a gate check) through Emit.
@@ -238,13 +242,23 @@ export class Vigil {
     this.started = true;
     await this.knobs.load();
     if (this.runWorker) await this.queue.start(this.deliverer);
+    // Fan-outs a crash cut short (an outbox entry without its jobs) go out now.
+    await this.notifier
+      .reconcile(true)
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));
     const every = this.config.detection.tick_interval as number;
     if (every > 0) {
-      this.timer = setInterval(() => {
-        this.engine.tick().catch((err) => this.logger.warn({ err: (err as Error).message }, 'tick failed'));
-      }, every);
+      this.timer = setInterval(() => void this.tick(), every);
       this.timer.unref();
     }
+  }
+
+  /** What the timer does: detectors that keep time judge, and unsettled fan-outs are finished. */
+  async tick(now = this.clock.now()): Promise<void> {
+    await this.engine.tick(now).catch((err) => this.logger.warn({ err: (err as Error).message }, 'tick failed'));
+    await this.notifier
+      .reconcile()
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));
   }
 
   async close(): Promise<void> {
@@ -269,9 +283,9 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   const n = config.notifications;
   const timing = {
     concurrency: n.concurrency,
-    retryDelayMs: n.retry_delay,
     lockDurationMs: n.lock_duration,
     stalledIntervalMs: n.stalled_interval,
+    drainTimeoutMs: n.drain_timeout,
   };
   const url = redisUrlOf(config, env);
   let store: Store;
@@ -282,7 +296,7 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
     queue = new BullQueue({ ...timing, url, prefix: `${config.store.key_prefix}:q`, logger });
   } else {
     store = new MemoryStore(clock);
-    queue = new MemoryQueue(timing);
+    queue = new MemoryQueue(timing, logger.child({ part: 'queue' }));
   }
   const vigil = new Vigil(registry, config, store, queue, logger, clock, env, opts.worker ?? true);
   await vigil.start();
@@ -306,7 +320,7 @@ export async function checkConfig(opts: KernelOptions): Promise<Readonly<VigilCo
       opts.registry,
       config,
       new MemoryStore(clock),
-      new MemoryQueue({ concurrency: 1, retryDelayMs: 0, lockDurationMs: 0, stalledIntervalMs: 0 }),
+      new MemoryQueue({ concurrency: 1, lockDurationMs: 0, stalledIntervalMs: 0 }),
       silentLogger(),
       clock,
       env,

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { eventually } from './helpers/index.ts';
+import { eventually, finalRow } from './helpers/index.ts';
 
 const FILE = new URL('./fixtures/readme-custom-channel.ts', import.meta.url);
 
@@ -37,7 +37,7 @@ describe('README: a custom channel in about 30 lines', () => {
       });
       await eventually(() => bodies.length === 1);
       expect(bodies[0]).toEqual({ content: 'WARNING stalling: build: 40 turns, nothing landed' });
-      const row = await eventually(async () => (await vigil.deliveryLog.recent())[0]);
+      const row = await finalRow(vigil);
       expect(row).toMatchObject({ channel: 'team', type: 'discord', outcome: 'delivered' });
     } finally {
       await vigil.close();

@@ -2,7 +2,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
-import { eventually, fakeNotifySend, tempDir } from '../../test/helpers/index.ts';
+import { eventually, fakeNotifySend, finalRow, tempDir } from '../../test/helpers/index.ts';
 import { ChannelKit } from '../testing/index.ts';
 import { busEnv } from './desktop.channel.ts';
 
@@ -66,7 +66,7 @@ describe('desktop channel', () => {
   it('a missing notify-send is a failed delivery in the log, not a crash', async () => {
     const v = await desktopVigil({ PATH: tempDir() }, { command: 'notify-send' });
     await v.notifier.notify(incident);
-    const row = await eventually(async () => (await v.deliveryLog.recent())[0]);
+    const row = await finalRow(v);
     expect(row).toMatchObject({ outcome: 'failed', attempts: 1, reason: 'notify-send not found on PATH' });
   });
 
@@ -75,7 +75,7 @@ describe('desktop channel', () => {
     const fake = fakeNotifySend(dir, 1);
     const v = await desktopVigil({ PATH: `${dir}:${process.env.PATH}` });
     await v.notifier.notify(incident);
-    const row = await eventually(async () => (await v.deliveryLog.recent())[0]);
+    const row = await finalRow(v);
     expect(row).toMatchObject({ outcome: 'failed', attempts: 2 });
     expect(row.reason).toMatch(/^notify-send failed/);
     expect(fake.calls()).toHaveLength(2);

@@ -4,7 +4,7 @@ import type { Channel } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import { readSecret } from '../shared/env.ts';
-import { type HttpAnswer, isRetryableStatus, postBytes, providerText, retryAfter } from '../shared/http.ts';
+import { type HttpAnswer, hints, isRetryableStatus, postBytes, providerText, retryAfter } from '../shared/http.ts';
 import { pagerDutyEvent } from './pagerduty.event.ts';
 import type { PagerDutyOptions } from './pagerduty.options.ts';
 
@@ -55,6 +55,7 @@ export class PagerDutyChannel implements Channel {
     throw new DeliveryError(`pagerduty answered ${status}${detail}${moved}${retryAfter(headers)}`, {
       retryable: isRetryableStatus(status),
       status,
+      ...hints({ status, headers }),
     });
   }
 }

@@ -69,8 +69,23 @@ export function providerText(s: string, secrets: readonly string[] = [], max = 2
   return out.length > max ? `${out.slice(0, max - 3)}...` : out;
 }
 
-/** `Retry-After` as a short suffix for a message (the core's retry delay is fixed; this informs the operator). */
+/** `Retry-After` as a short suffix for a message. */
 export function retryAfter(h: Headers): string {
-  const v = h.get('retry-after');
-  return v && /^\d{1,6}$/.test(v) ? ` (retry after ${v} s)` : '';
+  const ms = retryAfterMs(h);
+  return ms === undefined ? '' : ` (retry after ${Math.ceil(ms / 1000)} s)`;
+}
+
+/** `Retry-After` in ms: delay-seconds or an HTTP date; undefined when absent or unreadable. Capped at a day. */
+export function retryAfterMs(h: Headers, now = Date.now()): number | undefined {
+  const v = h.get('retry-after')?.trim();
+  if (!v) return undefined;
+  if (/^\d{1,9}$/.test(v)) return Math.min(Number(v) * 1000, 86_400_000);
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.min(Math.max(0, at - now), 86_400_000);
+}
+
+/** The retry hints of an answer for a DeliveryError: Retry-After, and 410 = the endpoint is gone. */
+export function hints(a: Pick<HttpAnswer, 'status' | 'headers'>): { retryAfterMs?: number; gone?: boolean } {
+  const ms = retryAfterMs(a.headers);
+  return { ...(ms !== undefined ? { retryAfterMs: ms } : {}), ...(a.status === 410 ? { gone: true } : {}) };
 }

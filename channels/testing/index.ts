@@ -52,7 +52,7 @@ export const sampleIncident: AlertInput = {
 /**
  * Servers and Vigil instances of one test file, closed together by close() (call it
  * from afterEach). Instances run in memory with fast timings: a 500 ms delivery
- * timeout, a 50 ms retry delay.
+ * timeout, a 50 ms retry delay, two attempts at most.
  */
 export class ChannelKit {
   private readonly vigils: Vigil[] = [];
@@ -79,6 +79,8 @@ export class ChannelKit {
         notifications: {
           delivery_timeout: 500,
           retry_delay: 50,
+          // Exactly one retry unless the test asks otherwise: attempts are then countable.
+          max_attempts: 2,
           ...(o.notifications ?? {}),
           channels: [{ name: 'ch', min_severity: 'info', quiet_window: 0, ...entry }],
         },
@@ -88,10 +90,14 @@ export class ChannelKit {
     return v;
   }
 
-  /** The delivery log once it holds `n` rows, oldest first. */
-  async rows(v: Vigil, n: number): Promise<DeliveryRecord[]> {
+  /**
+   * The delivery log once it holds `n` final rows (delivered, failed, suppressed),
+   * oldest first; `retried` rows (one per failed attempt that is retried) are left out
+   * unless asked for.
+   */
+  async rows(v: Vigil, n: number, o: { retried?: boolean } = {}): Promise<DeliveryRecord[]> {
     const r = await eventually(async () => {
-      const all = await v.deliveryLog.recent();
+      const all = (await v.deliveryLog.recent()).filter((x) => o.retried || x.outcome !== 'retried');
       return all.length >= n ? all : undefined;
     });
     return [...(r ?? [])].reverse();

@@ -15,6 +15,8 @@ export interface WireRequest {
   /** The exact bytes received. */
   body: Buffer;
   text: string;
+  /** When it arrived (epoch ms). */
+  at: number;
 }
 
 export interface WireReply {
@@ -50,6 +52,7 @@ export async function wireServer(fallback: Reply): Promise<WireServer> {
         headers: req.headers,
         body,
         text: body.toString('utf8'),
+        at: Date.now(),
       };
       requests.push(r);
       const next = queue.shift() ?? fallback;

@@ -5,7 +5,7 @@ import type { Channel } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import { readSecret } from '../shared/env.ts';
-import { type HttpAnswer, isRetryableStatus, postBytes, providerText, retryAfter } from '../shared/http.ts';
+import { type HttpAnswer, hints, isRetryableStatus, postBytes, providerText, retryAfter } from '../shared/http.ts';
 import { genericPayload, ntfyPayload, sign, signingKey, slackPayload, webhookId } from './webhook.formats.ts';
 import { ntfyRoot, type WebhookOptions } from './webhook.options.ts';
 
@@ -111,6 +111,7 @@ export class WebhookChannel implements Channel {
           retryable: isRetryableStatus(status),
           status,
           providerCode: code || undefined,
+          ...hints({ status, headers }),
         },
       );
     }
@@ -130,12 +131,13 @@ export class WebhookChannel implements Channel {
       retryable: isRetryableStatus(status),
       status,
       providerCode,
+      ...hints({ status, headers }),
     });
   }
 }
 
 function hint(status: number): string {
-  if (status === 410) return ' (gone: disable this channel)';
+  if (status === 410) return ' (gone: the channel is disabled)';
   if (status >= 300 && status < 400) return ' (redirects are not followed)';
   return '';
 }

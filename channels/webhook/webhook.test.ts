@@ -40,7 +40,7 @@ const incident: AlertInput = {
 const newSecret = () => `whsec_${randomBytes(24).toString('base64')}`;
 
 const server = (fallback: WireReply | ((r: WireRequest) => WireReply)) => kit.server(fallback);
-const rows = (v: Vigil, n: number) => kit.rows(v, n);
+const rows = (v: Vigil, n: number, o?: { retried?: boolean }) => kit.rows(v, n, o);
 const vigil = (channel: Record<string, unknown>, env: Record<string, string> = {}, logger = captureLogger().logger) =>
   kit.vigil({ name: 'hook', type: 'webhook', ...channel }, { env, logger });
 
@@ -152,12 +152,12 @@ describe('webhook channel, format generic (Standard Webhooks)', () => {
     const secret = newSecret();
     const cases: { reply: WireReply; requests: number; reason: string }[] = [
       {
-        reply: { status: 429, headers: { 'retry-after': '30' } },
+        reply: { status: 429, headers: { 'retry-after': '1' } },
         requests: 2,
-        reason: 'webhook answered 429 (retry after 30 s)',
+        reason: 'webhook answered 429 (retry after 1 s)',
       },
       { reply: { status: 503 }, requests: 2, reason: 'webhook answered 503' },
-      { reply: { status: 410 }, requests: 1, reason: 'webhook answered 410 (gone: disable this channel)' },
+      { reply: { status: 410 }, requests: 1, reason: 'webhook answered 410 (gone: the channel is disabled)' },
       { reply: { status: 400, body: 'bad' }, requests: 1, reason: 'webhook answered 400' },
       { reply: { status: 401 }, requests: 1, reason: 'webhook answered 401' },
       {
@@ -173,7 +173,22 @@ describe('webhook channel, format generic (Standard Webhooks)', () => {
       const [row] = await rows(v, 1);
       expect(row).toMatchObject({ outcome: 'failed', attempts: c.requests, reason: c.reason });
       expect(s.requests.map((r) => r.url)).toEqual(Array(c.requests).fill('/h'));
+      // 410: the endpoint is gone, so the channel is switched off.
+      expect(v.notifier.channels()[0].enabled).toBe(c.reply.status !== 410);
     }
+  });
+
+  it("a 429's Retry-After is honoured: the retry waits at least that long", async () => {
+    const s = await server({ status: 204 });
+    s.script({ status: 429, headers: { 'retry-after': '1' } });
+    const v = await vigil({ url: `${s.origin}/h`, secret_env: 'HOOK_SECRET' }, { HOOK_SECRET: newSecret() });
+    await v.notifier.notify(incident);
+    const [row] = await rows(v, 1);
+    expect(row).toMatchObject({ outcome: 'delivered', attempts: 2 });
+    const [retried] = await rows(v, 1, { retried: true });
+    expect(retried).toMatchObject({ outcome: 'retried', retry_in_ms: 1000 });
+    // A lower bound only: the retry cannot come sooner than the provider asked.
+    expect(s.requests[1].at - s.requests[0].at).toBeGreaterThanOrEqual(1000);
   });
 
   it('a refused connection and a timeout are retryable and name neither URL nor secret', async () => {
@@ -327,7 +342,7 @@ describe('webhook channel, format slack', () => {
       {
         reply: SLACK.archived,
         attempts: 1,
-        reason: 'slack answered 410 channel_is_archived (gone: disable this channel)',
+        reason: 'slack answered 410 channel_is_archived (gone: the channel is disabled)',
       },
       { reply: SLACK.rateLimited, attempts: 2, reason: 'slack answered 429 rate_limited (retry after 1 s)' },
       { reply: SLACK.rollupError, attempts: 2, reason: 'slack answered 500 rollup_error' },

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
-import { type Deliverer, type DeliverJob, MAX_ATTEMPTS } from './deliverer.ts';
+import type { Deliverer, DeliverJob } from './deliverer.ts';
 import type { AlertQueue, QueueTiming } from './queue.ts';
 
 export interface BullQueueOptions extends QueueTiming {
@@ -13,6 +13,18 @@ export interface BullQueueOptions extends QueueTiming {
 }
 
 const COUNT_STATES = ['wait', 'active', 'delayed', 'prioritized', 'waiting-children'] as const;
+/** The deliverer decides when to stop (max_age, max_attempts); BullMQ only needs a ceiling. */
+const ATTEMPTS_CEILING = 100_000;
+
+/** A failed attempt carrying the deliverer's retry delay to the backoff strategy. */
+class RetryLater extends Error {
+  constructor(
+    reason: string,
+    readonly delayMs: number,
+  ) {
+    super(reason);
+  }
+}
 
 /**
  * BullMQ on ioredis: durable across a crash or a Redis restart (with persistence).
@@ -52,8 +64,8 @@ export class BullQueue implements AlertQueue {
       q.getJob(job.id),
       q.add('deliver', job, {
         jobId: job.id,
-        attempts: MAX_ATTEMPTS,
-        backoff: { type: 'fixed', delay: this.o.retryDelayMs },
+        attempts: ATTEMPTS_CEILING,
+        backoff: { type: 'vigil' },
         removeOnComplete: { age: 86_400, count: 5_000 },
         removeOnFail: { age: 7 * 86_400, count: 5_000 },
       }),
@@ -72,10 +84,12 @@ export class BullQueue implements AlertQueue {
           const attempt = job.attemptsMade + 1;
           const out = await deliverer.attempt(job.data, attempt, signal, job.attemptsStarted);
           if (out.ok) return;
-          if (!out.retryable) throw new UnrecoverableError(out.reason);
-          throw new Error(out.reason);
+          if (out.final) throw new UnrecoverableError(out.reason);
+          throw new RetryLater(out.reason, out.delayMs);
         },
         {
+          // The delay the deliverer chose (backoff with jitter, or the provider's Retry-After).
+          settings: { backoffStrategy: (_n, _type, err) => (err instanceof RetryLater ? err.delayMs : 1_000) },
           connection: new Redis(this.o.url, { maxRetriesPerRequest: null }),
           prefix: this.o.prefix,
           concurrency: this.o.concurrency,

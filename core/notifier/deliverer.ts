@@ -1,10 +1,14 @@
 import type { Alert } from '../alert.ts';
 import type { Clock } from '../clock.ts';
 import type { Channel } from '../contracts.ts';
-import { isRetryable } from '../errors.ts';
+import { isDeliveryError, isRetryable } from '../errors.ts';
 import type { Logger } from '../logger.ts';
+import type { Metrics } from '../metrics.ts';
+import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import type { DeliveryLog } from './delivery-log.ts';
+import type { Incident } from './lifecycle.ts';
+import { nextRetry, type RetryPolicy } from './retry.ts';
 
 /** Queue job data: the channel's name and the alert, never a secret (BullMQ stores it in clear). */
 export interface DeliverJob {
@@ -13,24 +17,39 @@ export interface DeliverJob {
   alert: Alert;
 }
 
-/** Exactly one retry: the first try plus one. */
-export const MAX_ATTEMPTS = 2;
+/**
+ * What one attempt came to. `final: false` asks the queue to run the job again after
+ * `delayMs`; everything else is the job's end (and has its row in the delivery log).
+ */
+export type AttemptOutcome =
+  | { ok: true; superseded?: boolean }
+  | { ok: false; final: true; reason: string }
+  | { ok: false; final: false; reason: string; delayMs: number };
 
-export type AttemptOutcome = { ok: true; superseded?: boolean } | { ok: false; retryable: boolean; reason: string };
+type SendResult =
+  | { ok: true }
+  | { ok: false; retryable: boolean; reason: string; retryAfterMs?: number; gone?: boolean };
+
+/** A channel answered that its endpoint is gone (HTTP 410): the notifier disables it and says so. */
+export type OnGone = (channel: string, reason: string) => Promise<void>;
 
 /**
- * Runs one delivery attempt with the delivery timeout and writes the log row when the
- * job is finished (delivered, permanently failed, or failed on its last attempt).
- * Both queue backends call this, so retry and logging rules exist once.
+ * The deliver stage: one attempt with the delivery timeout, then the retry decision
+ * (backoff with jitter, Retry-After, until max_age) and a delivery-log row for every
+ * attempt. Both queue backends call this, so retry and logging rules exist once.
  */
 export class Deliverer {
+  onGone: OnGone | undefined;
+
   constructor(
     private readonly channels: ReadonlyMap<string, Channel>,
     private readonly log: DeliveryLog,
     private readonly timeoutMs: number,
+    private readonly policy: RetryPolicy,
     private readonly logger: Logger,
     private readonly clock: Clock,
     private readonly store: Store,
+    private readonly metrics?: Metrics,
   ) {}
 
   channelNames(): string[] {
@@ -38,88 +57,110 @@ export class Deliverer {
   }
 
   /**
-   * `attempt` counts failed tries (it drives the one retry); `started` counts every start,
+   * `attempt` counts tries of this job (1 first); `started` counts every start,
    * including one cut short by a crash, and is what the log shows.
    */
   async attempt(job: DeliverJob, attempt: number, outer?: AbortSignal, started = attempt): Promise<AttemptOutcome> {
     const ch = this.channels.get(job.channel);
-    let outcome: AttemptOutcome;
-    if (await this.superseded(job, attempt, started)) {
-      // This channel already delivered a later transition of the incident (a retry that
-      // lost the race with the next message): sending it now would reorder the story.
-      await this.log.record({
-        ...this.row(job, ch?.type),
-        outcome: 'suppressed',
-        attempts: attempt - 1,
-        reason: 'superseded: a later transition was already delivered',
-      });
+    const dropped = await this.dropped(job, attempt, started);
+    if (dropped) {
+      await this.record(job, ch?.type, 'suppressed', attempt - 1, dropped);
       return { ok: true, superseded: true };
     }
-    if (!ch) {
-      outcome = { ok: false, retryable: false, reason: `channel "${job.channel}" is not configured` };
-    } else {
-      outcome = await this.send(ch, job.alert, outer);
-    }
-    const final = outcome.ok || !outcome.retryable || attempt >= MAX_ATTEMPTS;
+    const sent: SendResult = ch
+      ? await this.send(ch, job.alert, outer)
+      : { ok: false, retryable: false, reason: `channel "${job.channel}" is not configured` };
+    const tries = Math.max(attempt, started);
     const log = this.logger.child({
       channel: job.channel,
       dedup_key: job.alert.dedup_key,
       state: job.alert.state,
       attempt,
     });
-    if (outcome.ok) log.info('alert delivered');
-    else log.warn({ reason: outcome.reason, retryable: outcome.retryable, final }, 'alert delivery failed');
-    // Bookkeeping after the send runs in parallel: it is what a single-lane channel waits on.
-    await Promise.all([
-      outcome.ok && !job.alert.test ? this.markSent(job) : undefined,
-      final
-        ? this.log.record({
-            ...this.row(job, ch?.type),
-            outcome: outcome.ok ? 'delivered' : 'failed',
-            attempts: Math.max(attempt, started),
-            ...(outcome.ok ? {} : { reason: outcome.reason }),
-          })
-        : undefined,
-    ]);
-    return outcome;
+    if (sent.ok) {
+      log.info('alert delivered');
+      this.metrics?.deliverySeconds.observe({ channel: job.channel }, (this.clock.now() - job.alert.at) / 1000);
+      await Promise.all([
+        job.alert.test ? undefined : this.markSent(job),
+        this.record(job, ch?.type, 'delivered', tries),
+      ]);
+      return { ok: true };
+    }
+    if (sent.gone && !job.alert.test) await this.onGone?.(job.channel, sent.reason);
+    const next =
+      sent.retryable && !sent.gone
+        ? nextRetry(this.policy, attempt, this.clock.now() - job.alert.at, sent.retryAfterMs)
+        : undefined;
+    if (next?.retry) {
+      log.warn({ reason: sent.reason, retry_in_ms: next.delayMs }, 'alert delivery failed, will retry');
+      await this.record(job, ch?.type, 'retried', tries, sent.reason, next.delayMs);
+      return { ok: false, final: false, reason: sent.reason, delayMs: next.delayMs };
+    }
+    // The last failure is the reason; running out of time says so (running out of attempts is the count).
+    const why = next?.retry === false && next.why === 'age' ? `${sent.reason} (gave up at max_age)` : sent.reason;
+    log.warn({ reason: why, retryable: sent.retryable }, 'alert delivery failed');
+    await this.record(job, ch?.type, 'failed', tries, why);
+    return { ok: false, final: true, reason: why };
   }
 
-  private row(job: DeliverJob, type = 'unknown') {
-    return {
-      job_id: job.id,
-      at: this.clock.now(),
-      channel: job.channel,
-      type,
-      dedup_key: job.alert.dedup_key,
-      state: job.alert.state,
-      severity: job.alert.severity,
-      title: job.alert.title,
-      ...(job.alert.test ? { test: true } : {}),
-    };
+  private async record(
+    job: DeliverJob,
+    type = 'unknown',
+    outcome: 'delivered' | 'retried' | 'failed' | 'suppressed',
+    attempts: number,
+    reason?: string,
+    retryInMs?: number,
+  ): Promise<void> {
+    this.metrics?.deliveries.inc({ channel: job.channel, outcome });
+    await this.log
+      .record({
+        job_id: job.id,
+        at: this.clock.now(),
+        channel: job.channel,
+        type,
+        dedup_key: job.alert.dedup_key,
+        state: job.alert.state,
+        severity: job.alert.severity,
+        title: job.alert.title,
+        ...(job.alert.test ? { test: true } : {}),
+        outcome,
+        attempts,
+        ...(reason !== undefined ? { reason } : {}),
+        ...(retryInMs !== undefined ? { retry_in_ms: retryInMs } : {}),
+      })
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'could not write the delivery log'));
   }
 
   /**
-   * Only a retried or recovered job can find a later transition already delivered: the
-   * queue hands out a channel's jobs in order, so a first attempt was picked before any
-   * later job and the read could not change its fate. It is skipped then.
+   * Why a retried or recovered job should not go out any more: this channel already
+   * delivered a later transition of the incident (sending it now would reorder the
+   * story), or the incident was resolved meanwhile (a trigger after its resolve is
+   * noise). A first attempt was picked before any later job, so it is not checked.
    */
-  private async superseded(job: DeliverJob, attempt: number, started: number): Promise<boolean> {
-    if (job.alert.test || (attempt === 1 && started <= 1)) return false;
-    const sent = await this.store.get<number>(`sent:${job.channel}:${job.alert.dedup_key}`).catch(() => undefined);
-    return sent !== undefined && sent > job.alert.seq;
+  private async dropped(job: DeliverJob, attempt: number, started: number): Promise<string | undefined> {
+    if (job.alert.test || (attempt === 1 && started <= 1)) return undefined;
+    const [sent, incident] = await Promise.all([
+      this.store.get<number>(keys.sent(job.channel, job.alert.dedup_key)).catch(() => undefined),
+      job.alert.state === 'resolve'
+        ? undefined
+        : this.store.get<Incident>(keys.incident(job.alert.dedup_key)).catch(() => undefined),
+    ]);
+    if (sent !== undefined && sent > job.alert.seq) return 'superseded: a later transition was already delivered';
+    if (incident && !incident.open && incident.seq > job.alert.seq) return 'dropped: the incident was resolved first';
+    return undefined;
   }
 
   private async markSent(job: DeliverJob): Promise<void> {
     await this.store
-      .update<number, void>(`sent:${job.channel}:${job.alert.dedup_key}`, (cur) => ({
+      .update<number, void>(keys.sent(job.channel, job.alert.dedup_key), (cur) => ({
         value: Math.max(cur ?? 0, job.alert.seq),
         result: undefined,
-        ttlMs: 30 * 86_400_000,
+        ttlMs: TTL.sent,
       }))
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'could not record the delivered transition'));
   }
 
-  private async send(ch: Channel, alert: Alert, outer?: AbortSignal): Promise<AttemptOutcome> {
+  private async send(ch: Channel, alert: Alert, outer?: AbortSignal): Promise<SendResult> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
     const signal = outer ? AbortSignal.any([outer, timeout]) : timeout;
     // Race the send against the signal: a channel that ignores its signal still
@@ -140,10 +181,13 @@ export class Deliverer {
       return { ok: true };
     } catch (e) {
       const timedOut = timeout.aborted;
+      const d = isDeliveryError(e) ? e : undefined;
       return {
         ok: false,
         retryable: timedOut || isRetryable(e),
         reason: timedOut ? `timed out after ${this.timeoutMs} ms` : errorReason(e),
+        ...(d?.retryAfterMs !== undefined ? { retryAfterMs: d.retryAfterMs } : {}),
+        ...(d?.gone ? { gone: true } : {}),
       };
     } finally {
       if (onAbort) signal.removeEventListener('abort', onAbort);

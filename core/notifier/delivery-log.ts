@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import type { AlertState, Severity } from '../alert.ts';
+import { keys } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 
 /** One row of the delivery log: what the worker did with one queued transition. */
@@ -12,14 +13,20 @@ export interface DeliveryRecord {
   state: AlertState;
   severity: Severity;
   title: string;
-  /** delivered; failed (after the retry, or permanent); suppressed (rate limit or quiet window). */
-  outcome: 'delivered' | 'failed' | 'suppressed';
+  /**
+   * delivered; retried (an attempt failed, another follows: `retry_in_ms`); failed
+   * (permanent, or retries spent); suppressed (rate limit, quiet window, or dropped
+   * because the incident moved on before delivery).
+   */
+  outcome: 'delivered' | 'retried' | 'failed' | 'suppressed';
+  /** retried: when the next attempt runs, ms from `at`. */
+  retry_in_ms?: number;
   attempts: number;
   reason?: string;
   test?: boolean;
 }
 
-const KEY = 'deliveries';
+const KEY = keys.deliveries;
 
 /**
  * Recent deliveries and failures, capped. Written by the worker itself (not from
@@ -41,8 +48,8 @@ export class DeliveryLog {
     return this.store.list<DeliveryRecord>(KEY, Math.min(limit, this.cap));
   }
 
-  /** The final record of one job, if it has one yet. */
+  /** The final record of one job (delivered, failed or suppressed), if it has one yet. */
   async find(jobId: string): Promise<DeliveryRecord | undefined> {
-    return (await this.recent(this.cap)).find((r) => r.job_id === jobId);
+    return (await this.recent(this.cap)).find((r) => r.job_id === jobId && r.outcome !== 'retried');
   }
 }

@@ -14,12 +14,19 @@ export interface Incident {
   last_state: AlertState;
   opened_at: number;
   updated_at: number;
+  /**
+   * Transitions (seq) written here but not yet queued for every channel: the outbox.
+   * Written in the same compare-and-set as the transition, cleared once its jobs exist,
+   * re-run by reconcile() after a crash in between.
+   */
+  outbox?: number[];
 }
 
 /**
  * Pure: does this request change the incident? Fires only on transitions:
  * open (trigger), a higher severity while open (escalate), close (resolve).
- * Repeats at the same or a lower severity, and resolves of a closed incident, are no-ops.
+ * Repeats at the same or a lower severity fire nothing (their text still updates the
+ * open incident), and resolves of a closed incident are no-ops.
  */
 export function transition(
   cur: Incident | undefined,
@@ -63,5 +70,8 @@ export function transition(
       fired: 'escalate',
     };
   }
-  return { next: cur };
+  // Not a transition, so nothing is sent; but the open incident shows what is true now
+  // (a stall that turned into a loop at the same severity says so in /alerts).
+  const same = cur.title === a.title && cur.summary === a.summary && cur.details === a.details;
+  return { next: same ? cur : { ...cur, ...base } };
 }

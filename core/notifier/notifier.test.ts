@@ -4,10 +4,12 @@ import {
   backends,
   behaviour,
   eventually,
+  finalRow,
   flushPrefix,
   recordingPlugin,
   testPrefix,
   testVigil,
+  withMemory,
   withRedis,
 } from '../../test/helpers/index.ts';
 import { FakeClock } from '../clock.ts';
@@ -137,7 +139,9 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
     for (let i = 0; i < 20; i++) await v.notifier.notify(alert({ dedup_key: `other-${i}` }));
     await eventually(() => ok.sent.length === 21);
     const hungRow = await eventually(async () =>
-      (await v.deliveryLog.recent(200)).find((r) => r.channel === 'hung' && r.dedup_key === 'stuck'),
+      (await v.deliveryLog.recent(200)).find(
+        (r) => r.channel === 'hung' && r.dedup_key === 'stuck' && r.outcome !== 'retried',
+      ),
     );
     expect(hungRow).toMatchObject({ outcome: 'failed', attempts: 2 });
     expect(hungRow!.reason).toMatch(/timed out after 300 ms/);
@@ -147,7 +151,7 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
   it('a permanent failure is not retried', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec' }], 'permanent');
     await v.notifier.notify(alert());
-    const row = await eventually(async () => (await v.deliveryLog.recent())[0]);
+    const row = await finalRow(v);
     expect(row).toMatchObject({ outcome: 'failed', attempts: 1, reason: 'recording channel refused (400)' });
     expect(b.attempts).toBe(1);
   });
@@ -155,7 +159,7 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
   it('a retryable failure is retried exactly once', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec' }], 'fail');
     await v.notifier.notify(alert());
-    const row = await eventually(async () => (await v.deliveryLog.recent())[0]);
+    const row = await finalRow(v);
     expect(row).toMatchObject({ outcome: 'failed', attempts: 2 });
     await v.queue.idle();
     expect(b.attempts).toBe(2);
@@ -220,6 +224,77 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
   });
 });
 
+describe.each(backends())('notifier guarantees (%s)', (backend) => {
+  it('a fan-out cut short (the queue failed after the lifecycle write) is finished by reconcile, once', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec' }]);
+    const enqueue = v.queue.enqueue.bind(v.queue);
+    let fail = true;
+    v.queue.enqueue = async (job) => {
+      if (fail) throw new Error('queue unreachable');
+      return enqueue(job);
+    };
+    const r = await v.notifier.notify(alert());
+    expect(r.channels).toEqual([expect.objectContaining({ name: 'rec', outcome: 'error' })]);
+    // The transition is written, with its outbox entry: nothing is lost.
+    expect((await v.notifier.openAlerts())[0]).toMatchObject({ dedup_key: 'tree-1', outbox: [1] });
+    fail = false;
+    expect(await v.notifier.reconcile()).toBe(1);
+    expect(await v.notifier.reconcile()).toBe(0);
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 1);
+    expect((await v.notifier.openAlerts())[0].outbox).toEqual([]);
+    // A full scan (what a restarted instance does) finds nothing left either.
+    expect(await v.notifier.reconcile(true)).toBe(0);
+    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
+  });
+
+  it('a receiver that fails for a while gets every alert raised meanwhile, retried with backoff', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec', rate_limit: { max: 100, window: '1m' } }], 'fail');
+    // Unlimited attempts within max_age, short delays.
+    (v.deliverer as unknown as { policy: { maxAttempts: number; baseMs: number } }).policy.maxAttempts = 0;
+    for (let i = 0; i < 5; i++) await v.notifier.notify(alert({ dedup_key: `down-${i}` }));
+    await eventually(() => b.attempts >= 12);
+    b.mode = 'ok';
+    await eventually(() => b.sent.length === 5, 20_000);
+    const rows = await v.deliveryLog.recent(500);
+    expect(rows.filter((r) => r.outcome === 'delivered')).toHaveLength(5);
+    expect(rows.filter((r) => r.outcome === 'failed')).toHaveLength(0);
+    expect(rows.some((r) => r.outcome === 'retried' && (r.retry_in_ms ?? 0) > 0)).toBe(true);
+  });
+
+  it('a trigger still retrying when its incident resolves is dropped, not sent after the resolve', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec' }], 'fail');
+    (v.deliverer as unknown as { policy: { maxAttempts: number } }).policy.maxAttempts = 0;
+    await v.notifier.notify(alert());
+    await eventually(() => b.attempts >= 2);
+    // Still failing: the resolve is raised while the trigger waits for its next attempt.
+    await v.notifier.notify(alert({ state: 'resolve' }));
+    const dropped = await eventually(async () =>
+      (await v.deliveryLog.recent()).find((r) => r.state === 'trigger' && r.outcome !== 'retried'),
+    );
+    expect(dropped).toMatchObject({ outcome: 'suppressed', reason: 'dropped: the incident was resolved first' });
+    b.mode = 'ok';
+    await eventually(() => b.sent.length === 1);
+    expect(b.sent.map((a) => a.state)).toEqual(['resolve']);
+  });
+});
+
+describe.runIf(withMemory)('memory queue on a clean stop', () => {
+  it('drains what is queued before it closes, and logs what it could not send', async () => {
+    const slow = behaviour('ok');
+    const registry = createRegistry().register(recordingPlugin(slow));
+    const v = await testVigil({
+      backend: 'memory',
+      registry,
+      notifications: { drain_timeout: 5_000 },
+      channels: [{ name: 'rec', type: 'recording', min_severity: 'info', rate_limit: { max: 100, window: '1m' } }],
+    });
+    for (let i = 0; i < 20; i++) await v.notifier.notify(alert({ dedup_key: `q-${i}` }));
+    await v.close();
+    expect(slow.sent).toHaveLength(20);
+  });
+});
+
 describe.runIf(withRedis)('notifier ordering (redis)', () => {
   it('a retried trigger that lost the race with its resolve is not sent after it', async () => {
     const b = behaviour('ok');
@@ -254,7 +329,7 @@ describe.runIf(withRedis)('notifier ordering (redis)', () => {
     await v.notifier.notify(alert());
     await v.notifier.notify(alert({ state: 'resolve' }));
     const rows = await eventually(async () => {
-      const r = await v.deliveryLog.recent();
+      const r = (await v.deliveryLog.recent()).filter((x) => x.outcome !== 'retried');
       return r.length === 2 ? r : undefined;
     });
     // BullMQ delays the failed trigger; the resolve goes out first; the retry is dropped.

@@ -1,14 +1,17 @@
 import { createHash } from 'node:crypto';
-import { type Alert, type AlertInput, AlertInputSchema, type AlertState, severityRank } from '../alert.ts';
+import { type Alert, type AlertInput, AlertInputSchema, type AlertState } from '../alert.ts';
 import type { Clock } from '../clock.ts';
 import type { ChannelEntry } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
+import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
+import { admit } from './admit.ts';
 import type { DeliverJob } from './deliverer.ts';
-import type { DeliveryLog } from './delivery-log.ts';
+import type { DeliveryLog, DeliveryRecord } from './delivery-log.ts';
 import { type Incident, transition } from './lifecycle.ts';
 import type { AlertQueue } from './queue.ts';
+import { route } from './route.ts';
 
 export type RouteOutcome = 'queued' | 'duplicate' | 'filtered' | 'suppressed' | 'error';
 
@@ -24,15 +27,37 @@ export function jobIdFor(channel: string, a: Pick<Alert, 'dedup_key' | 'state' |
   return `j${createHash('sha1').update(`${channel}\n${a.dedup_key}\n${a.state}\n${a.seq}`).digest('hex')}`;
 }
 
+/** The transition an incident record holds as an alert for the channels. */
+function alertOf(i: Incident, state: AlertState, at: number): Alert {
+  return {
+    dedup_key: i.dedup_key,
+    severity: i.severity,
+    state,
+    title: i.title,
+    summary: i.summary,
+    details: i.details,
+    source: i.source,
+    at,
+    seq: i.seq,
+  };
+}
+
 /**
- * The notifier pipeline (DESIGN.md "Data flow"): lifecycle transition per dedup_key
- * (durable, compare-and-set, so several instances page once), then per channel:
- * enabled and min_severity, resolve_messages, quiet window, rate limit, and one queue
- * job per (channel, transition) with a claimed id. Delivery happens in the worker;
- * notify() never waits for a channel.
+ * The notifier: a short pipeline of stages, each in its own module and testable alone.
+ *   lifecycle (lifecycle.ts)  one compare-and-set per dedup_key: a transition or nothing,
+ *                             written with its outbox entry, so several instances page once
+ *   route (route.ts)          per channel: enabled, resolve_messages, min_severity
+ *   admit (admit.ts)          per channel: quiet window and rate limit, one atomic step
+ *   enqueue                   one job per (channel, transition), its id the transition's
+ *   deliver (deliverer.ts)    in the worker: timeout, retries with backoff, delivery log
+ * notify() returns once the jobs exist (durable on Redis); it never waits for a channel.
+ * A crash between the lifecycle write and the jobs leaves the outbox entry, and
+ * reconcile() (at start, and on the engine's tick) finishes the fan-out.
  */
 export class Notifier {
   private readonly entries = new Map<string, ChannelEntry>();
+  /** dedup_keys whose outbox this process could not clear (retried by reconcile()). */
+  private readonly unsettled = new Set<string>();
 
   constructor(
     entries: readonly ChannelEntry[],
@@ -70,51 +95,88 @@ export class Notifier {
     }
     const now = this.clock.now();
     const { fired, incident } = await this.store.update<Incident, { fired?: AlertState; incident?: Incident }>(
-      `alert:${parsed.data.dedup_key}`,
+      keys.incident(parsed.data.dedup_key),
       (cur) => {
         const r = transition(cur, parsed.data, now);
-        return { value: r.next, result: { fired: r.fired, incident: r.next } };
+        if (!r.fired || !r.next) return { value: r.next, result: {}, ttlMs: TTL.incident };
+        const next: Incident = { ...r.next, outbox: [...(r.next.outbox ?? []), r.next.seq] };
+        return { value: next, result: { fired: r.fired, incident: next }, ttlMs: TTL.incident };
       },
     );
     if (!fired || !incident) return { channels: [] };
-    const alert: Alert = {
-      dedup_key: incident.dedup_key,
-      severity: incident.severity,
-      state: fired,
-      title: incident.title,
-      summary: incident.summary,
-      details: incident.details,
-      source: incident.source,
-      at: now,
-      seq: incident.seq,
-    };
-    const channels: NotifyResult['channels'] = [];
-    for (const e of this.entries.values()) channels.push({ name: e.name, ...(await this.route(e, alert)) });
+    const channels = await this.fanOut(alertOf(incident, fired, now));
+    await this.settle(incident.dedup_key, incident.seq, channels);
     return { fired, seq: incident.seq, channels };
   }
 
-  private async route(e: ChannelEntry, a: Alert): Promise<{ outcome: RouteOutcome; reason?: string; job_id?: string }> {
-    if (!e.enabled) return { outcome: 'filtered', reason: 'disabled' };
-    if (a.state === 'resolve' && !e.resolve_messages) return { outcome: 'filtered', reason: 'resolve_messages off' };
-    // A resolve is routed like the incident it closes.
-    if (severityRank(a.severity) < severityRank(e.min_severity))
-      return { outcome: 'filtered', reason: 'below min_severity' };
-    // Quiet window, then rate limit, in one atomic store step (one round trip on Redis).
-    const gate = await this.store.admit({
-      markKey: `notified:${e.name}:${a.dedup_key}`,
-      field: a.state,
-      now: a.at,
-      quietMs: e.quiet_window,
-      markTtlMs: Math.max(e.quiet_window, 86_400_000),
-      rateKey: `rl:${e.name}`,
-      windowMs: e.rate_limit.window,
-      max: e.rate_limit.max,
-    });
-    if (!gate.ok && gate.why === 'quiet') {
-      return this.suppress(e, a, `quiet window (${a.state} sent ${Math.round((a.at - gate.last) / 1000)} s ago)`);
+  /** route -> admit -> enqueue for every channel. */
+  private async fanOut(a: Alert): Promise<NotifyResult['channels']> {
+    const out: NotifyResult['channels'] = [];
+    for (const e of this.entries.values()) {
+      const r = route(e, a);
+      if (!r.send) {
+        out.push({ name: e.name, outcome: 'filtered', reason: r.reason });
+        continue;
+      }
+      const g = await admit(this.store, e, a).catch((err) => ({ ok: false, error: err as Error }) as const);
+      if (!g.ok) {
+        if ('error' in g) {
+          out.push({ name: e.name, outcome: 'error', reason: g.error.message });
+          continue;
+        }
+        out.push({ name: e.name, ...(await this.suppress(e, a, g.reason)) });
+        continue;
+      }
+      out.push({ name: e.name, ...(await this.enqueue(e.name, a)) });
     }
-    if (!gate.ok) return this.suppress(e, a, `rate limit (${e.rate_limit.max} per ${e.rate_limit.window / 1000} s)`);
-    return this.enqueue(e.name, a);
+    return out;
+  }
+
+  /** Clears the transition's outbox entry once every channel's job exists (kept otherwise, for reconcile()). */
+  private async settle(dedupKey: string, seq: number, channels: NotifyResult['channels']): Promise<void> {
+    if (channels.some((c) => c.outcome === 'error')) {
+      this.unsettled.add(dedupKey);
+      return;
+    }
+    try {
+      await this.store.update<Incident, void>(keys.incident(dedupKey), (cur) => ({
+        value: cur && { ...cur, outbox: (cur.outbox ?? []).filter((s) => s !== seq) },
+        result: undefined,
+        ttlMs: TTL.incident,
+      }));
+      this.unsettled.delete(dedupKey);
+    } catch (err) {
+      this.unsettled.add(dedupKey);
+      this.logger.warn({ err: (err as Error).message, dedup_key: dedupKey }, 'outbox not cleared; reconcile will');
+    }
+  }
+
+  /**
+   * Finishes fan-outs a crash or a store error cut short: every incident with an outbox
+   * entry is queued again (its admit and job id make that idempotent: at most a
+   * duplicate delivery with the same identity). `full` scans every incident (at start);
+   * otherwise only those this process left unsettled. Returns the transitions re-queued.
+   */
+  async reconcile(full = false): Promise<number> {
+    const dedupKeys = full
+      ? (await this.store.keys(keys.incidentPrefix)).map((k) => k.slice(keys.incidentPrefix.length))
+      : [...this.unsettled];
+    let n = 0;
+    for (const key of dedupKeys) {
+      const i = await this.store.get<Incident>(keys.incident(key));
+      if (!i?.outbox?.length) {
+        this.unsettled.delete(key);
+        continue;
+      }
+      for (const seq of i.outbox) {
+        // Only the latest transition is still worth sending: an older one was overtaken.
+        const channels = seq === i.seq ? await this.fanOut(alertOf(i, i.last_state, i.updated_at)) : [];
+        if (seq === i.seq) n++;
+        await this.settle(key, seq, channels);
+      }
+    }
+    if (n) this.logger.warn({ transitions: n }, 'reconciled alert transitions left unqueued');
+    return n;
   }
 
   private async enqueue(
@@ -157,6 +219,24 @@ export class Notifier {
   }
 
   /**
+   * A channel's endpoint is gone (HTTP 410): it is disabled here and an alert goes out
+   * through the other channels, so nobody waits on a channel that cannot deliver.
+   */
+  async channelGone(name: string, reason: string): Promise<void> {
+    const e = this.entries.get(name);
+    if (!e?.enabled) return;
+    this.setChannel(name, { enabled: false });
+    this.logger.error({ channel: name, reason }, 'channel disabled: its endpoint is gone');
+    await this.notify({
+      dedup_key: `vigil:channel-gone:${name}`,
+      severity: 'critical',
+      title: `channel ${name} disabled`,
+      summary: `${name} answered that its endpoint is gone (${reason}); it is disabled until re-enabled`.slice(0, 1024),
+      source: 'vigil',
+    }).catch((err) => this.logger.error({ err: (err as Error).message }, 'could not alert about a gone channel'));
+  }
+
+  /**
    * Send test alert: the real queue, worker and channel, but no lifecycle, severity
    * routing, quiet window or rate limit. Marked TEST so nobody mistakes it for an incident.
    */
@@ -168,8 +248,8 @@ export class Notifier {
       severity: 'warning',
       state: 'trigger',
       title: 'TEST: Vigil test alert',
-      summary: `TEST alert for channel "${channel}": if you can read this, the channel works.`,
-      details: 'This is a test alert sent from Vigil (Send test alert). No incident is open.',
+      summary: `Alert for channel "${channel}": if you can read this, the channel works.`,
+      details: 'Sent from Vigil (Send test alert). No incident is open.',
       source: 'vigil-test',
       at: now,
       seq: 1,
@@ -181,10 +261,7 @@ export class Notifier {
   }
 
   /** Waits for a job's final delivery-log row (Send test alert, CLI). */
-  async waitForOutcome(
-    jobId: string,
-    timeoutMs: number,
-  ): Promise<import('./delivery-log.ts').DeliveryRecord | undefined> {
+  async waitForOutcome(jobId: string, timeoutMs: number): Promise<DeliveryRecord | undefined> {
     const until = Date.now() + timeoutMs;
     while (Date.now() < until) {
       const r = await this.log.find(jobId);
@@ -195,9 +272,9 @@ export class Notifier {
   }
 
   async openAlerts(): Promise<Incident[]> {
-    const keys = await this.store.keys('alert:');
+    const ks = await this.store.keys(keys.incidentPrefix);
     const out: Incident[] = [];
-    for (const k of keys) {
+    for (const k of ks) {
       const i = await this.store.get<Incident>(k);
       if (i?.open) out.push(i);
     }

@@ -19,7 +19,8 @@ export interface AlertQueue {
 
 export interface QueueTiming {
   concurrency: number;
-  retryDelayMs: number;
   lockDurationMs: number;
   stalledIntervalMs: number;
+  /** In-process queue: how long a clean stop waits for queued alerts to go out. */
+  drainTimeoutMs?: number;
 }

@@ -69,12 +69,13 @@ export class MemoryStore implements Store {
   }
 
   async admit(q: AdmitRequest): Promise<AdmitResult> {
-    const marks = (this.live(q.markKey)?.v as Record<string, number> | undefined) ?? {};
-    const last = marks[q.field];
+    const marks = (this.live(q.markKey)?.v as Record<string, number | string> | undefined) ?? {};
+    if (marks[`id:${q.field}`] === q.ident) return { ok: true };
+    const last = marks[q.field] as number | undefined;
     if (last !== undefined && q.now - last < q.quietMs) return { ok: false, why: 'quiet', last };
     const r = await this.hit(q.rateKey, q.now, q.windowMs, q.max);
     if (!r.allowed) return { ok: false, why: 'rate', count: r.count };
-    this.put(q.markKey, { ...marks, [q.field]: q.now }, q.markTtlMs);
+    this.put(q.markKey, { ...marks, [q.field]: q.now, [`id:${q.field}`]: q.ident }, q.markTtlMs);
     return { ok: true };
   }
 

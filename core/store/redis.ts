@@ -29,8 +29,10 @@ end
 return {0, n}`;
 
 // The notifier gate: KEYS = mark hash, rate zset; ARGV = field, now, quiet ms, mark ttl,
-// window ms, max, member. Same rule as MemoryStore.admit.
+// window ms, max, member, ident. Same rule as MemoryStore.admit: the same transition
+// (ident) admitted again passes without counting twice.
 const ADMIT = `
+if redis.call('HGET', KEYS[1], 'id:' .. ARGV[1]) == ARGV[8] then return {1} end
 local last = redis.call('HGET', KEYS[1], ARGV[1])
 if last and tonumber(ARGV[2]) - tonumber(last) < tonumber(ARGV[3]) then return {0, 'quiet', tonumber(last)} end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[5]))
@@ -38,7 +40,7 @@ local n = redis.call('ZCARD', KEYS[2])
 if n >= tonumber(ARGV[6]) then return {0, 'rate', n} end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'id:' .. ARGV[1], ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1}`;
 
@@ -53,6 +55,7 @@ type Commands = {
     windowMs: number,
     max: number,
     member: string,
+    ident: string,
   ): Promise<[number, string?, number?]>;
   vigilCas(
     key: string,
@@ -159,6 +162,7 @@ export class RedisStore implements Store {
       q.windowMs,
       q.max,
       `${q.now}-${process.pid}-${this.seq++}`,
+      q.ident,
     );
     if (ok === 1) return { ok: true };
     return why === 'quiet' ? { ok: false, why: 'quiet', last: n ?? 0 } : { ok: false, why: 'rate', count: n ?? 0 };

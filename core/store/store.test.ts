@@ -114,9 +114,10 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
 describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
   'store admit gate (%s)',
   (_name, make) => {
-    const req = (now: number, field = 'trigger') => ({
+    const req = (now: number, field = 'trigger', ident = `t${now}`) => ({
       markKey: 'm',
       field,
+      ident,
       now,
       quietMs: 1000,
       markTtlMs: 60_000,
@@ -133,6 +134,17 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
       expect(await s.admit(req(2_200, 'escalate'))).toEqual({ ok: false, why: 'rate', count: 2 });
       // The refused escalate left no mark: once the window frees, it passes.
       expect(await s.admit(req(11_001, 'escalate'))).toEqual({ ok: true });
+    });
+
+    it('the same transition admitted again passes without counting twice (a fan-out run again)', async () => {
+      const s = make();
+      expect(await s.admit(req(1_000, 'trigger', 'k#1'))).toEqual({ ok: true });
+      // Inside the quiet window and against the rate limit, the same ident passes again...
+      expect(await s.admit(req(1_100, 'trigger', 'k#1'))).toEqual({ ok: true });
+      expect(await s.admit(req(1_200, 'trigger', 'k#1'))).toEqual({ ok: true });
+      // ...and took one slot of the rate limit only: one more transition fits.
+      expect(await s.admit(req(1_300, 'resolve', 'k#2'))).toEqual({ ok: true });
+      expect(await s.admit(req(1_400, 'escalate', 'k#3'))).toEqual({ ok: false, why: 'rate', count: 2 });
     });
   },
 );

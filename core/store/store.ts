@@ -54,6 +54,11 @@ export interface Store {
 export interface AdmitRequest {
   markKey: string;
   field: string;
+  /**
+   * The transition's identity: a second admit of the same one (a retried fan-out) is
+   * let through again without counting twice.
+   */
+  ident: string;
   now: number;
   quietMs: number;
   /** Expiry of the mark hash. */

@@ -98,6 +98,8 @@ export async function testVigil(o: TestVigilOptions): Promise<Vigil> {
     notifications: {
       delivery_timeout: 500,
       retry_delay: 50,
+      // One retry, as most tests count attempts; the retry tests set their own.
+      max_attempts: 2,
       lock_duration: 2000,
       stalled_interval: 1000,
       ...(o.notifications ?? {}),
@@ -158,4 +160,10 @@ export async function eventually<T>(fn: () => Promise<T> | T, timeoutMs = 20_000
     await new Promise((r) => setTimeout(r, stepMs));
   }
   throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${(last as Error).message}` : ''}`);
+}
+
+/** The newest final delivery-log row (delivered, failed, suppressed) once there is one; retried attempts are skipped. */
+export async function finalRow(v: Vigil): Promise<import('../../core/notifier/delivery-log.ts').DeliveryRecord> {
+  const row = await eventually(async () => (await v.deliveryLog.recent()).find((r) => r.outcome !== 'retried'));
+  return row!;
 }
