@@ -32,6 +32,15 @@ export const StoreSchema = z.strictObject({
     .string()
     .regex(/^[A-Za-z0-9:_{}.-]+$/)
     .default('vigil'),
+  /** A Redis command with no answer by then fails: ingestion answers 503, the gate falls back to gate.on_error. */
+  timeout: duration().prefault('1s'),
+});
+
+export const GateSchema = z.strictObject({
+  /** A gate check that takes longer is answered by on_error (a slow store must not stall the model path). */
+  timeout: duration().prefault('500ms'),
+  /** The answer when the check fails or times out: allow (fail open, the default) or refuse (429). */
+  on_error: z.enum(['allow', 'refuse']).default('allow'),
 });
 
 export const DetectionSchema = z.strictObject({
@@ -150,6 +159,7 @@ export function rootSchema(registry: Registry) {
         })
         .prefault({}),
       detection: DetectionSchema.prefault({}),
+      gate: GateSchema.prefault({}),
       modes: modesSchema(registry).prefault({}),
       ...sections,
     })

@@ -24,6 +24,8 @@ import type { Store } from './store/store.ts';
 import { TOKENS } from './tokens.ts';
 import { SessionTree } from './tree.ts';
 import {
+  type GateAnswer,
+  type GateQuery,
   type Heartbeat,
   type ProgressEventInput,
   ProgressEventSchema,
@@ -219,6 +221,30 @@ export class Vigil {
     return this.engine.requests(parseAll(RequestRecordSchema, input, 'requests'));
   }
 
+  /**
+   * The router gate as routers call it: the engine's answer within `gate.timeout`, or
+   * `gate.on_error` when the check fails or is late (a store outage must not stop the
+   * model path). Fallback answers are logged and counted.
+   */
+  async gate(q: GateQuery): Promise<GateAnswer> {
+    const g = this.config.gate as { timeout: number; on_error: 'allow' | 'refuse' };
+    let t: NodeJS.Timeout | undefined;
+    try {
+      const late = new Promise<never>((_, reject) => {
+        t = setTimeout(() => reject(new Error(`gate check took longer than ${g.timeout} ms`)), g.timeout);
+      });
+      return await Promise.race([this.engine.check(q), late]);
+    } catch (err) {
+      this.metrics.gateErrors.inc({ answer: g.on_error });
+      this.logger.warn({ err: (err as Error).message, answer: g.on_error }, 'gate check failed; answered by gate.on_error');
+      return g.on_error === 'allow'
+        ? { action: 'allow', model_tripped: false }
+        : { action: 'refuse', status: 429, retry_after_s: 5, reason: 'vigil is unavailable', model_tripped: false };
+    } finally {
+      clearTimeout(t);
+    }
+  }
+
   /** A detector by type, typed by the caller. */
   detector<T extends Detector = Detector>(type: string): T {
     const d = this.detectors.get(type);
@@ -292,7 +318,7 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   let queue: AlertQueue;
   if (url) {
     registerSecret(url);
-    store = new RedisStore({ url, prefix: config.store.key_prefix });
+    store = new RedisStore({ url, prefix: config.store.key_prefix, timeoutMs: config.store.timeout });
     queue = new BullQueue({ ...timing, url, prefix: `${config.store.key_prefix}:q`, logger });
   } else {
     store = new MemoryStore(clock);

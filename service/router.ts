@@ -58,13 +58,12 @@ const defaultMatch = (req: FastifyRequest) =>
 
 async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promise<void> {
   const match = o.match ?? defaultMatch;
-  const engine = o.vigil.engine;
 
   app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
     if (!match(req)) return;
     const query = identityOf(req);
     if (!query) return;
-    const answer = await engine.check(query);
+    const answer = await o.vigil.gate(query);
     req.vigilGate = { query, answer };
     if (answer.action === 'refuse') {
       return reply
@@ -95,7 +94,7 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
   });
 
   // Usage from a non-streamed JSON response (OpenAI-compatible `usage`). Streaming
-  // routers record through vigil.engine.requests() themselves.
+  // routers record through vigil.requests() themselves.
   app.addHook('onSend', async (req: FastifyRequest, reply: FastifyReply, payload: unknown) => {
     const g = req.vigilGate;
     if (!g || g.answer.action === 'refuse' || reply.statusCode >= 400) return payload;
@@ -126,7 +125,7 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
       ts: Date.now(),
     };
     // Recording never blocks or fails the response.
-    void engine
+    void o.vigil.engine
       .requests([rec])
       .catch((err) => req.log.warn({ err: (err as Error).message }, 'vigil: recording usage failed'));
     return payload;

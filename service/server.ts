@@ -79,6 +79,12 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
       return reply.code(400).send({ statusCode: 400, code: 'BAD_INPUT', error: 'Bad Request', message });
     }
     if (isAppError(err)) {
+      // A store that does not answer: the client should come back, not give up.
+      if (err.code === 'STORE_UNAVAILABLE') {
+        vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
+        req.log.warn({ err: err.message }, 'store unavailable');
+        void reply.header('retry-after', '5');
+      }
       // A config or knob error also lists each problem by path, so a form can show it beside its field.
       const problems = err instanceof ConfigError ? { problems: err.problems.map(problemOf) } : {};
       return reply

@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
+import { AppError } from '../errors.ts';
 import { type AdmitRequest, type AdmitResult, bytesEqual, type Store, type UpdateResult } from './store.ts';
 
 // Compare-and-set of a string value: KEYS[1], ARGV[1] = expected ('' with ARGV[2]='0'
@@ -72,8 +73,38 @@ export interface RedisStoreOptions {
   url: string;
   /** Namespace for every key; a test run uses its own and deletes it after. */
   prefix: string;
+  /** A command that has no answer by then fails (Redis down must not hang a request). */
+  timeoutMs?: number;
   redisOptions?: RedisOptions;
 }
+
+const DOWN = /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest/;
+
+/** A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500. */
+export function storeError(e: unknown): unknown {
+  const err = e as Error;
+  if (err && (err.name === 'MaxRetriesPerRequestError' || DOWN.test(err.message ?? ''))) {
+    const why = (err.message ?? 'error').split('\n')[0].replace(/redis:\/\/[^\s]*/g, 'redis://[REDACTED]').slice(0, 80);
+    return new AppError('STORE_UNAVAILABLE', `store unavailable (${why})`, { retryable: true, cause: e });
+  }
+  return e;
+}
+
+const GUARDED = [
+  'get',
+  'set',
+  'del',
+  'update',
+  'setIfAbsent',
+  'hit',
+  'admit',
+  'pushCapped',
+  'list',
+  'getBytes',
+  'setBytes',
+  'casBytes',
+  'keys',
+] as const;
 
 export class RedisStore implements Store {
   readonly backend = 'redis' as const;
@@ -89,13 +120,27 @@ export class RedisStore implements Store {
 
   constructor(opts: RedisStoreOptions) {
     this.p = `${opts.prefix}:`;
-    const client = new Redis(opts.url, { maxRetriesPerRequest: 3, ...opts.redisOptions });
+    // Fail fast when Redis is down: one reconnect try per command, and a command timeout.
+    const client = new Redis(opts.url, {
+      maxRetriesPerRequest: 1,
+      commandTimeout: opts.timeoutMs ?? 1_000,
+      connectTimeout: 2_000,
+      ...opts.redisOptions,
+    });
     client.defineCommand('vigilCas', { numberOfKeys: 1, lua: CAS });
     client.defineCommand('vigilHit', { numberOfKeys: 1, lua: HIT });
     client.defineCommand('vigilAdmit', { numberOfKeys: 2, lua: ADMIT });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as Redis & Commands;
+    // Every store method turns a Redis that does not answer into STORE_UNAVAILABLE.
+    for (const m of GUARDED) {
+      const f = (this[m] as (...a: unknown[]) => Promise<unknown>).bind(this);
+      (this as unknown as Record<string, unknown>)[m] = (...a: unknown[]) =>
+        f(...a).catch((e: unknown) => {
+          throw storeError(e);
+        });
+    }
   }
 
   private k(key: string): string {
@@ -217,11 +262,18 @@ export class RedisStore implements Store {
     return out;
   }
 
-  async ping(): Promise<boolean> {
+  /** Reachability for /health, answered within `timeoutMs` whatever Redis does. */
+  async ping(timeoutMs = 500): Promise<boolean> {
+    let t: NodeJS.Timeout | undefined;
     try {
-      return (await this.client.ping()) === 'PONG';
+      const late = new Promise<string>((r) => {
+        t = setTimeout(() => r('timeout'), timeoutMs);
+      });
+      return (await Promise.race([this.client.ping(), late])) === 'PONG';
     } catch {
       return false;
+    } finally {
+      clearTimeout(t);
     }
   }
 

@@ -34,6 +34,7 @@ export const NOT_IN_ADMIN: Record<string, string> = {
   'notifications.channels[].options': 'type-specific options name secrets by env var: config file only, never shown',
   plugins: 'plugin modules are imported once at startup, before the config is validated: config file only',
   detection: STARTUP,
+  gate: STARTUP,
   local_compute: 'read by the watchdog process from its config file, not by the service',
   watchdog: 'the watchdog is its own process reading the config file each tick; its heartbeat is on the Health view',
 };

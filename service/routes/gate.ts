@@ -14,6 +14,6 @@ export const gateRoutes =
           response: { 200: GateAnswerSchema },
         },
       },
-      async (req) => vigil.engine.check(req.body),
+      async (req) => vigil.gate(req.body),
     );
   };

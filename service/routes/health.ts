@@ -18,9 +18,11 @@ export const healthRoutes =
       async () => {
         const now = vigil.clock.now();
         const redis = vigil.store.backend === 'redis' ? ((await vigil.store.ping()) ? 'up' : 'down') : 'not configured';
+        // With the store down, answer at once from what this process knows.
+        const up = redis !== 'down';
         const wd =
           vigil.health.watchdog ??
-          (await vigil.store.get<typeof vigil.health.watchdog>(keys.watchdog).catch(() => undefined));
+          (up ? await vigil.store.get<typeof vigil.health.watchdog>(keys.watchdog).catch(() => undefined) : undefined);
         return {
           ok: redis !== 'down',
           version,
@@ -28,7 +30,7 @@ export const healthRoutes =
           redis,
           queue: vigil.queue.kind,
           mode: vigil.mode().type,
-          detectors: await detectorHealth(vigil),
+          detectors: up ? await detectorHealth(vigil).catch(() => ({})) : {},
           watchdog: wd
             ? {
                 last_tick_at: new Date(wd.last_tick_at).toISOString(),
