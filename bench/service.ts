@@ -43,7 +43,7 @@ const bodies = Array.from({ length: 20_000 }, (_, i) =>
     target: `src/file${i}.ts`,
     exit: 0,
     landed: i % 50 === 0,
-    ts: 1_796_000_000_000 + i,
+    ts: Date.now() - 60_000 + i,
   }),
 );
 

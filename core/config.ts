@@ -19,7 +19,20 @@ export const ServerSchema = z.strictObject({
   port: z.number().int().min(0).max(65535).default(7411),
   /** Env var holding the admin token; required on mutating admin routes and off loopback. */
   admin_token_env: z.string().min(1).default('VIGIL_ADMIN_TOKEN'),
+  /** Env var holding the ingestion token the sensors send; when set (always off loopback) ingestion needs it. */
+  ingest_token_env: z.string().min(1).default('VIGIL_INGEST_TOKEN'),
   body_limit_bytes: z.number().int().positive().default(262_144),
+  /** Per client address on the ingestion routes: at most `max` requests per `window` (429 beyond). */
+  rate_limit: z
+    .strictObject({
+      max: z.number().int().positive().default(3_000),
+      window: duration().prefault('1m'),
+    })
+    .prefault({}),
+  /** Event times more than this ahead of the service's clock are refused (naming the field). */
+  max_clock_skew: duration().prefault('5m'),
+  /** Event times older than this are refused (a replay belongs in `vigil replay`). */
+  max_event_age: duration().prefault('30d'),
 });
 
 export const StoreSchema = z.strictObject({
@@ -46,6 +59,8 @@ export const GateSchema = z.strictObject({
 export const DetectionSchema = z.strictObject({
   /** How often detectors that keep time judge with no input (restore stalls, pending breaker evidence); 0: never. */
   tick_interval: duration().prefault('15s'),
+  /** Sessions tracked at most (on Redis too); past it the oldest are forgotten, logged and counted, on the tick. */
+  max_sessions: z.number().int().min(100).max(10_000_000).default(100_000),
 });
 
 const RateLimitSchema = z.strictObject({

@@ -180,6 +180,8 @@ export interface Detector {
   sessions?(): Promise<string[]>;
   report?(id: string): Promise<string | undefined>;
   panels?(): Promise<Panel[]>;
+  /** Sessions evicted by the kernel's cap on tracked sessions: drop what is kept for them. */
+  forget?(ids: readonly string[]): Promise<void>;
   /** A one-glance state for /health (the breaker's tripped models, ...). */
   health?(): Promise<Record<string, unknown>>;
   routes?(): PluginRoute[];

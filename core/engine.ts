@@ -16,6 +16,7 @@ import {
   type TreeState,
 } from './contracts.ts';
 import { DirectiveQueue } from './directives.ts';
+import { AppError } from './errors.ts';
 import type { Logger } from './logger.ts';
 import type { Metrics } from './metrics.ts';
 import type { Notifier } from './notifier/notifier.ts';
@@ -321,13 +322,20 @@ export class Engine {
     return this.directives.pending(await this.tree.rootOf(session));
   }
 
-  /** The plugin acknowledges directives (by id, with the root they belong to). */
-  async ack(acks: readonly { id: string; root_id: string }[]): Promise<number> {
-    const byRoot = new Map<string, string[]>();
-    for (const a of acks) byRoot.set(a.root_id, [...(byRoot.get(a.root_id) ?? []), a.id]);
+  /**
+   * The plugin acknowledges directives (by id, with the root they belong to and the
+   * session they were issued for). An ack naming another session than the directive's
+   * is refused (AppError) and that tree's acks are not applied.
+   */
+  async ack(acks: readonly { id: string; root_id: string; session_id: string }[]): Promise<number> {
+    const byRoot = new Map<string, { id: string; session_id: string }[]>();
+    for (const a of acks) byRoot.set(a.root_id, [...(byRoot.get(a.root_id) ?? []), a]);
     let n = 0;
-    for (const [root, ids] of byRoot) {
-      const done = await this.directives.ack(root, ids);
+    for (const [root, list] of byRoot) {
+      const { done, refused } = await this.directives.ack(root, list);
+      if (refused.length) {
+        throw new AppError('FORBIDDEN', `acks[]: directive ${refused.join(', ')} was not issued for the session named`);
+      }
       n += done.length;
       for (const d of done) {
         if (d.type === 'abort') {

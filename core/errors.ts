@@ -12,6 +12,7 @@ export const ERRORS = {
   STORE_UNAVAILABLE: 503,
   BAD_INPUT: 400,
   UNAUTHORIZED: 401,
+  FORBIDDEN: 403,
   NOT_FOUND: 404,
 } as const satisfies Record<string, number>;
 

@@ -45,6 +45,11 @@ export class Metrics {
     buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 1800],
     registers: [this.registry],
   });
+  readonly sessionsEvicted = new Counter({
+    name: 'vigil_sessions_evicted_total',
+    help: 'Sessions forgotten because more than detection.max_sessions were tracked',
+    registers: [this.registry],
+  });
   readonly gateErrors = new Counter({
     name: 'vigil_gate_errors_total',
     help: 'Gate checks that failed or timed out and were answered by gate.on_error',

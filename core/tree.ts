@@ -117,7 +117,9 @@ export class SessionTree {
       (pv !== undefined && (cur.plugin_version !== pv || now - (cur.plugin_seen_at ?? 0) > PLUGIN_LIVE_MS / 4)) ||
       (f.ts !== undefined && f.ts - (cur.last_seen ?? 0) > SEEN_WRITE_MS);
     if (known && !changed(known)) return;
+    let created = false;
     const next = await this.store.update<SessionMeta, SessionMeta>(keys.meta(f.id), (cur) => {
+      created = cur === undefined;
       const m = cur ?? { models: [], first_seen: now };
       if (cur && !changed(cur)) return { value: cur, result: cur, ttlMs: TTL.session };
       const v: SessionMeta = {
@@ -130,6 +132,23 @@ export class SessionTree {
       return { value: v, result: v, ttlMs: TTL.session };
     });
     this.metas.set(f.id, next);
+    if (created) await this.store.indexAdd(keys.sessions, f.id, next.first_seen);
+  }
+
+  /**
+   * Keeps at most `max` sessions: the oldest (by first seen) beyond it are forgotten
+   * here, their ids returned so the detectors drop what they keep for them too.
+   */
+  async trim(max: number): Promise<string[]> {
+    const gone = await this.store.indexTrim(keys.sessions, max);
+    for (const id of gone) {
+      await this.store.del(keys.meta(id));
+      await this.store.del(keys.parent(id));
+      this.metas.delete(id);
+      this.infos.delete(id);
+      this.parents.delete(id);
+    }
+    return gone;
   }
 
   /** Where a session sits (loads and caches the links). */

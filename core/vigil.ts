@@ -236,7 +236,10 @@ export class Vigil {
       return await Promise.race([this.engine.check(q), late]);
     } catch (err) {
       this.metrics.gateErrors.inc({ answer: g.on_error });
-      this.logger.warn({ err: (err as Error).message, answer: g.on_error }, 'gate check failed; answered by gate.on_error');
+      this.logger.warn(
+        { err: (err as Error).message, answer: g.on_error },
+        'gate check failed; answered by gate.on_error',
+      );
       return g.on_error === 'allow'
         ? { action: 'allow', model_tripped: false }
         : { action: 'refuse', status: 429, retry_after_s: 5, reason: 'vigil is unavailable', model_tripped: false };
@@ -279,12 +282,29 @@ export class Vigil {
     }
   }
 
-  /** What the timer does: detectors that keep time judge, and unsettled fan-outs are finished. */
+  /**
+   * What the timer does: detectors that keep time judge, unsettled fan-outs are
+   * finished, and sessions past detection.max_sessions are forgotten (oldest first).
+   */
   async tick(now = this.clock.now()): Promise<void> {
+    await this.trimSessions().catch((err) => this.logger.warn({ err: (err as Error).message }, 'session cap failed'));
     await this.engine.tick(now).catch((err) => this.logger.warn({ err: (err as Error).message }, 'tick failed'));
     await this.notifier
       .reconcile()
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));
+  }
+
+  /** Forgets the oldest sessions beyond detection.max_sessions, in the tree and in every detector. */
+  async trimSessions(): Promise<string[]> {
+    const gone = await this.tree.trim(this.config.detection.max_sessions as number);
+    if (!gone.length) return gone;
+    for (const d of this.detectors.values()) await d.forget?.(gone);
+    this.metrics.sessionsEvicted.inc(gone.length);
+    this.logger.warn(
+      { evicted: gone.length, max_sessions: this.config.detection.max_sessions },
+      'sessions evicted: more than detection.max_sessions tracked',
+    );
+    return gone;
   }
 
   async close(): Promise<void> {

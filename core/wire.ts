@@ -403,7 +403,8 @@ export type Directive = z.output<typeof DirectiveSchema>;
 /** The plugin acknowledges the directives it carried out. */
 export const DirectiveAckSchema = z.strictObject({
   acks: z
-    .array(z.strictObject({ id: z.string().min(1).max(64), root_id: IdSchema }))
+    // session_id: the session the directive was issued for; an ack naming another is refused.
+    .array(z.strictObject({ id: z.string().min(1).max(64), root_id: IdSchema, session_id: IdSchema }))
     .min(1)
     .max(500),
 });

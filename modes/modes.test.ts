@@ -65,7 +65,7 @@ const gate = async (v: Vigil, conversation: string) => (await v.engine.check({ c
 const types = async (v: Vigil) => (await v.engine.directives.pending(ROOT)).map((d) => `${d.type}:${d.session_id}`);
 const ackAll = async (v: Vigil) => {
   const p = await v.engine.directives.pending(ROOT);
-  await v.engine.ack(p.map((d) => ({ id: d.id, root_id: d.root_id })));
+  await v.engine.ack(p.map((d) => ({ id: d.id, root_id: d.root_id, session_id: d.session_id })));
 };
 const compactionDone = (v: Vigil, clock: FakeClock) =>
   v.engine.progress([{ kind: 'compaction_done', session_id: ROOT, ts: clock.now(), landed: false }]);

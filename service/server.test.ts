@@ -5,6 +5,7 @@ import { flushPrefix, testPrefix, testVigil, withMemory, withRedis } from '../te
 import { buildServer } from './server.ts';
 
 const TOKEN = 'adm1n-t0ken-for-tests';
+const INGEST = 'ingest-t0ken-for-tests';
 const running: { v: Vigil; prefix?: string; close: () => Promise<unknown> }[] = [];
 afterEach(async () => {
   for (const r of running.splice(0)) {
@@ -37,7 +38,7 @@ const event = (session: string, i: number, extra: Record<string, unknown> = {}) 
   fingerprint: read.fingerprint,
   target: read.target,
   landed: false,
-  ts: 1_796_000_000_000 + i,
+  ts: Date.now() - 60_000 + i,
   ...extra,
 });
 const admin = { authorization: `Bearer ${TOKEN}` };
@@ -213,14 +214,32 @@ describe.runIf(withMemory)('service API', () => {
     expect((await app.inject({ method: 'GET', url: '/knobs' })).statusCode).toBe(200);
   });
 
-  it('refuses to bind off loopback without a token, and then guards every route', async () => {
-    const v = await testVigil({ backend: 'memory', env: {} });
-    await expect(buildServer(v, { host: '0.0.0.0' })).rejects.toThrow(/not loopback/);
-    await v.close();
-    const v2 = await testVigil({ backend: 'memory', env: { VIGIL_ADMIN_TOKEN: TOKEN } });
+  it('refuses to bind off loopback without both tokens (or with a short one), and then guards every route', async () => {
+    for (const env of [{}, { VIGIL_ADMIN_TOKEN: TOKEN }, { VIGIL_ADMIN_TOKEN: TOKEN, VIGIL_INGEST_TOKEN: 'short' }]) {
+      const v = await testVigil({ backend: 'memory', env });
+      await expect(buildServer(v, { host: '0.0.0.0' })).rejects.toThrow(/not loopback/);
+      await v.close();
+    }
+    const v2 = await testVigil({ backend: 'memory', env: { VIGIL_ADMIN_TOKEN: TOKEN, VIGIL_INGEST_TOKEN: INGEST } });
     const app = await buildServer(v2, { host: '0.0.0.0' });
     expect((await app.inject({ method: 'GET', url: '/sessions' })).statusCode).toBe(401);
     expect((await app.inject({ method: 'GET', url: '/sessions', headers: admin })).statusCode).toBe(200);
+    // Sensors' routes take the ingestion token, not the admin token (and not nothing).
+    const ev = {
+      session_id: 'ses_x',
+      tool: 'read',
+      call_id: 'c1',
+      fingerprint: 'a'.repeat(64),
+      target: 'f',
+      landed: false,
+      ts: Date.now(),
+    };
+    const post = (headers: Record<string, string>) =>
+      app.inject({ method: 'POST', url: '/progress', payload: ev, headers });
+    expect((await post({})).statusCode).toBe(401);
+    expect((await post(admin)).statusCode).toBe(401);
+    expect((await post({ authorization: `Bearer ${INGEST}` })).statusCode).toBe(202);
+    expect((await post({ 'x-vigil-token': INGEST })).statusCode).toBe(202);
     await app.close();
     await v2.close();
   });
@@ -241,6 +260,81 @@ describe.runIf(withMemory)('service API', () => {
     });
     expect(p.json()).toMatchObject({ min_severity: 'critical' });
     expect((await app.inject({ method: 'POST', url: '/channels/nope/test', headers: admin })).statusCode).toBe(404);
+  });
+
+  it('a directive ack must name the session the directive was issued for', async () => {
+    const { app, v } = await service({ overlay: { modes: { mode: 'auto_recover' } } });
+    await v.engine.check({ conversation: 'ses_kid', parent: 'ses_top' });
+    await v.engine.verdicts([{ session_id: 'ses_kid', level: 'looping', reason: 'x', source: 'test' }]);
+    const pending = (await app.inject({ method: 'GET', url: '/directives?session=ses_kid' })).json().directives;
+    const abortKid = pending.find(
+      (d: { type: string; session_id: string }) => d.type === 'abort' && d.session_id === 'ses_kid',
+    );
+    const ack = (session_id: string) =>
+      app.inject({
+        method: 'POST',
+        url: '/directives/ack',
+        payload: { acks: [{ id: abortKid.id, root_id: 'ses_top', session_id }] },
+      });
+    const forged = await ack('ses_other');
+    expect(forged.statusCode).toBe(403);
+    expect(forged.json().message).toContain(abortKid.id);
+    expect((await v.engine.directives.pending('ses_top')).map((d) => d.id)).toContain(abortKid.id);
+    expect((await ack('ses_kid')).json()).toEqual({ acknowledged: 1 });
+  });
+
+  it('refuses event times outside the sane window, naming the field', async () => {
+    const { app, v } = await service();
+    const future = await app.inject({
+      method: 'POST',
+      url: '/progress',
+      payload: [event('ses_t', 1), event('ses_t', 2, { ts: Date.now() + 3_600_000 })],
+    });
+    expect(future.statusCode).toBe(400);
+    expect(future.json().message).toMatch(/^body\[1\]\.ts: more than 300 s ahead/);
+    const old = await app.inject({ method: 'POST', url: '/progress', payload: event('ses_t', 3, { ts: 0 }) });
+    expect(old.json().message).toMatch(/^body\.ts: older than server\.max_event_age/);
+    expect(await v.engine.sessionRows()).toEqual([]);
+  });
+
+  it('limits each client on the ingestion routes (429 with Retry-After)', async () => {
+    const { app } = await service({ overlay: { server: { rate_limit: { max: 3, window: '1m' } } } });
+    const codes = [];
+    for (let i = 0; i < 5; i++)
+      codes.push((await app.inject({ method: 'POST', url: '/progress', payload: event('ses_r', i) })).statusCode);
+    expect(codes).toEqual([202, 202, 202, 429, 429]);
+    const r = await app.inject({ method: 'POST', url: '/progress', payload: event('ses_r', 9) });
+    expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+    // Reads are not limited.
+    expect((await app.inject({ method: 'GET', url: '/sessions' })).statusCode).toBe(200);
+  });
+
+  it('an id of the longest accepted length works in every path (a tree can be resumed)', async () => {
+    const { app, v } = await service();
+    const id = `ses_${'x'.repeat(124)}`;
+    expect((await app.inject({ method: 'POST', url: '/progress', payload: event(id, 1) })).statusCode).toBe(202);
+    expect((await app.inject({ method: 'GET', url: `/trees/${id}` })).statusCode).toBe(200);
+    expect((await app.inject({ method: 'GET', url: `/sessions/${id}/report` })).statusCode).toBe(200);
+    // No body at all, as `curl -X POST` sends it.
+    const r = await app.inject({ method: 'POST', url: `/trees/${id}/resume`, headers: admin });
+    expect(r.statusCode).toBe(200);
+    expect((await v.engine.treeState(id))?.stage).toBe(0);
+  });
+
+  it('caps tracked sessions: the oldest beyond detection.max_sessions are forgotten, logged and counted', async () => {
+    const { app, v } = await service({ overlay: { detection: { max_sessions: 100 } } });
+    for (let i = 0; i < 105; i++) {
+      expect(
+        (await app.inject({ method: 'POST', url: '/progress', payload: event(`ses_cap${i}`, i) })).statusCode,
+      ).toBe(202);
+    }
+    const gone = await v.trimSessions();
+    expect(gone.sort()).toEqual(['ses_cap0', 'ses_cap1', 'ses_cap2', 'ses_cap3', 'ses_cap4']);
+    const rows = await v.engine.sessionRows(10_000);
+    expect(rows).toHaveLength(100);
+    expect(rows.some((r) => r.session === 'ses_cap0')).toBe(false);
+    const text = (await app.inject({ method: 'GET', url: '/metrics/prometheus' })).body;
+    expect(text).toContain('vigil_sessions_evicted_total 5');
   });
 
   it('gate over HTTP; the OpenAPI document is served', async () => {

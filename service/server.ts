@@ -1,3 +1,4 @@
+import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
@@ -9,10 +10,10 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { ConfigError } from '../core/config.ts';
-import { isAppError } from '../core/errors.ts';
+import { AppError, isAppError } from '../core/errors.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { adminPage, pageAware } from './admin/index.ts';
-import { adminGuard, isLoopback } from './auth.ts';
+import { adminGuard, INGEST_ROUTES, ingestGuard, isLoopback, weakToken } from './auth.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
 import { gateRoutes } from './routes/gate.ts';
@@ -47,6 +48,8 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   const app = Fastify({
     ...(opts.logger ? { loggerInstance: vigil.logger.child({ part: 'http' }) } : { logger: false }),
     bodyLimit: vigil.config.server.body_limit_bytes,
+    // Every id the schemas accept (128 characters) fits in a path, URL-encoded.
+    routerOptions: { maxParamLength: 512 },
   }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
@@ -61,16 +64,24 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
     transform: jsonSchemaTransform,
   });
 
-  const token = vigil.env[vigil.config.server.admin_token_env] || undefined;
+  const server = vigil.config.server;
+  const token = vigil.env[server.admin_token_env] || undefined;
+  const ingestToken = vigil.env[server.ingest_token_env] || undefined;
   const admin = adminGuard(token);
-  if (opts.host && !isLoopback(opts.host)) {
-    if (!token) {
-      throw new Error(
-        `binding ${opts.host} (not loopback) needs an admin token in ${vigil.config.server.admin_token_env}`,
-      );
-    }
-    app.addHook('onRequest', pageAware(admin));
+  const ingest = ingestGuard(ingestToken);
+  const guarded = Boolean(opts.host && !isLoopback(opts.host));
+  if (guarded) {
+    const weak = weakToken(token, server.admin_token_env) ?? weakToken(ingestToken, server.ingest_token_env);
+    if (weak) throw new AppError('CONFIG_INVALID', `binding ${opts.host} (not loopback) ${weak}`);
   }
+  // Sensors' routes need the ingestion token (when one is set; always off loopback);
+  // off loopback everything else needs the admin token.
+  const elsewhere = pageAware(admin);
+  app.addHook('onRequest', async (req, reply) => {
+    if (INGEST_ROUTES.has(req.routeOptions.url ?? '')) return ingest(req, reply);
+    if (guarded) return elsewhere(req, reply);
+  });
+  await app.register(rateLimit, { global: false });
 
   app.setErrorHandler((err, req, reply) => {
     if (hasZodFastifySchemaValidationErrors(err)) {
@@ -109,7 +120,6 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   await app.register(adminRoutes(vigil, admin));
   await app.register(gateRoutes(vigil));
   await app.register(pluginRoutes(vigil, admin));
-  const guarded = Boolean(opts.host && !isLoopback(opts.host));
   await app.register(
     adminPage(vigil, { admin, guarded, tokenConfigured: Boolean(token), version: opts.version ?? '0.0.0' }),
   );

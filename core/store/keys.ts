@@ -32,6 +32,8 @@ export const keys = {
   parent: (session: string) => `parent:${session}`,
   meta: (session: string) => `meta:${session}`,
   metaPrefix: 'meta:',
+  /** Every tracked session, scored by when it was first seen: the cap evicts the oldest. */
+  sessions: 'sessions',
   /** Runtime knob changes (PATCH /knobs). */
   knobs: 'knobs',
   watchdog: 'watchdog:last',

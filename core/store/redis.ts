@@ -78,13 +78,17 @@ export interface RedisStoreOptions {
   redisOptions?: RedisOptions;
 }
 
-const DOWN = /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest/;
+const DOWN =
+  /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest/;
 
 /** A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500. */
 export function storeError(e: unknown): unknown {
   const err = e as Error;
   if (err && (err.name === 'MaxRetriesPerRequestError' || DOWN.test(err.message ?? ''))) {
-    const why = (err.message ?? 'error').split('\n')[0].replace(/redis:\/\/[^\s]*/g, 'redis://[REDACTED]').slice(0, 80);
+    const why = (err.message ?? 'error')
+      .split('\n')[0]
+      .replace(/redis:\/\/[^\s]*/g, 'redis://[REDACTED]')
+      .slice(0, 80);
     return new AppError('STORE_UNAVAILABLE', `store unavailable (${why})`, { retryable: true, cause: e });
   }
   return e;
@@ -99,6 +103,8 @@ const GUARDED = [
   'hit',
   'admit',
   'pushCapped',
+  'indexAdd',
+  'indexTrim',
   'list',
   'getBytes',
   'setBytes',
@@ -211,6 +217,18 @@ export class RedisStore implements Store {
     );
     if (ok === 1) return { ok: true };
     return why === 'quiet' ? { ok: false, why: 'quiet', last: n ?? 0 } : { ok: false, why: 'rate', count: n ?? 0 };
+  }
+
+  async indexAdd(key: string, member: string, score: number): Promise<void> {
+    await this.client.zadd(this.k(key), 'NX', score, member);
+  }
+
+  async indexTrim(key: string, keep: number): Promise<string[]> {
+    const k = this.k(key);
+    const n = await this.client.zcard(k);
+    if (n <= keep) return [];
+    const r = await this.client.zpopmin(k, n - keep);
+    return r.filter((_, i) => i % 2 === 0);
   }
 
   async pushCapped<T>(key: string, value: T, cap: number): Promise<void> {

@@ -125,6 +125,22 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
       windowMs: 10_000,
       max: 2,
     });
+    it('a sorted index keeps the newest and gives back the oldest when trimmed', async () => {
+      const s = make();
+      for (const [m, t] of [
+        ['a', 3],
+        ['b', 1],
+        ['c', 2],
+        ['d', 4],
+      ] as const)
+        await s.indexAdd('ix', m, t);
+      await s.indexAdd('ix', 'b', 99); // already there: its place does not move
+      expect(await s.indexTrim('ix', 5)).toEqual([]);
+      expect(await s.indexTrim('ix', 2)).toEqual(['b', 'c']);
+      expect(await s.indexTrim('ix', 2)).toEqual([]);
+      expect(await s.indexTrim('ix', 0)).toEqual(['a', 'd']);
+    });
+
     it('quiet window first, then the rate limit; refusals record nothing', async () => {
       const s = make();
       expect(await s.admit(req(1_000))).toEqual({ ok: true });

@@ -79,6 +79,9 @@ class LiveRepo implements SessionRepo {
   async ids() {
     return [...this.m.keys()];
   }
+  drop(id: string): void {
+    this.m.delete(id);
+  }
   /** Drops the least recently updated 1% (at least one): rare, so a sort is fine. */
   private evict(max: number): void {
     const n = Math.max(1, Math.floor(max / 100));
@@ -305,6 +308,16 @@ export class NoProgressDetector implements Detector {
 
   async state(id: string): Promise<SessionState | undefined> {
     return this.repo.get(id);
+  }
+
+  async forget(ids: readonly string[]): Promise<void> {
+    for (const id of ids) {
+      this.live?.drop(id);
+      this.externals.delete(id);
+      this.series.delete(id);
+      await this.store.del(npKeys.state(id));
+      await this.store.del(npKeys.external(id));
+    }
   }
 
   sessions(): Promise<string[]> {

@@ -331,7 +331,7 @@ describe('admin page in a browser', () => {
   it('off loopback: the page asks for the token, then reads and streams with it', async () => {
     const v = await testVigil({
       backend: 'memory',
-      env: { VIGIL_ADMIN_TOKEN: TOKEN },
+      env: { VIGIL_ADMIN_TOKEN: TOKEN, VIGIL_INGEST_TOKEN: 'ingest-t0ken-for-the-browser-test' },
       overlay: { progress: LOOP_KNOBS },
     });
     const guarded = await serve(v, '0.0.0.0');
@@ -343,9 +343,10 @@ describe('admin page in a browser', () => {
       await shot(page, 'token-needed');
       await useToken(page);
       expect(await page.content()).not.toContain(TOKEN);
+      // The sensors' token, as the plugin sends it (the admin token is not for ingestion).
       await fetch(`${guarded.base}/progress`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', ...admin },
+        headers: { 'content-type': 'application/json', authorization: 'Bearer ingest-t0ken-for-the-browser-test' },
         body: JSON.stringify(loopEvents('ses_remote', 12)),
       });
       await page.waitForFunction(

@@ -23,7 +23,8 @@ afterEach(async () => {
 async function service(o: { host?: string; mode?: string } = {}) {
   const v = await testVigil({
     backend: 'memory',
-    env: { VIGIL_ADMIN_TOKEN: TOKEN },
+    // Off loopback the sensors' token is required too; on loopback ingestion stays open.
+    env: { VIGIL_ADMIN_TOKEN: TOKEN, ...(o.host ? { VIGIL_INGEST_TOKEN: 'ingest-t0ken-for-admin-tests' } : {}) },
     overlay: { progress: LOOP_KNOBS, modes: { mode: o.mode ?? 'warn' } },
     channels: [{ name: 'desk', type: 'desktop', command: '/nonexistent/notify-send' }],
   });

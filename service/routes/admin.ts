@@ -31,7 +31,8 @@ export const adminRoutes =
         schema: {
           summary: 'Resume a tree: clears its stage, refusals and caps',
           params: z.strictObject({ root: IdSchema }),
-          body: z.strictObject({ by: z.string().min(1).max(64).default('admin') }).optional(),
+          // A bodyless POST (curl -X POST) arrives as null.
+          body: z.strictObject({ by: z.string().min(1).max(64).default('admin') }).nullish(),
         },
       },
       async (req) => ({ tree: await vigil.engine.resume(req.params.root, req.body?.by ?? 'admin') }),

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Transition } from '../../core/contracts.ts';
+import { AppError } from '../../core/errors.ts';
 import { keys } from '../../core/store/keys.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import {
@@ -31,6 +32,25 @@ const verdictsOf = (ts: readonly Transition[]) =>
 export const ingestRoutes =
   (vigil: Vigil): FastifyPluginAsyncZod =>
   async (app) => {
+    const srv = vigil.config.server;
+    // Per client address (@fastify/rate-limit): a runaway or hostile sender gets 429s, others go on.
+    const config = { rateLimit: { max: srv.rate_limit.max, timeWindow: srv.rate_limit.window } };
+    /** Event times outside [now - max_event_age, now + max_clock_skew] are refused, naming the field. */
+    const checkTimes = (items: readonly { ts: number }[], many: boolean, field = 'ts') => {
+      const now = vigil.clock.now();
+      items.forEach((it, i) => {
+        const where = many ? `body[${i}].${field}` : `body.${field}`;
+        if (it.ts > now + srv.max_clock_skew) {
+          throw new AppError(
+            'BAD_INPUT',
+            `${where}: more than ${srv.max_clock_skew / 1000} s ahead of the service clock`,
+          );
+        }
+        if (it.ts < now - srv.max_event_age) {
+          throw new AppError('BAD_INPUT', `${where}: older than server.max_event_age`);
+        }
+      });
+    };
     const pluginVersion = (h: unknown) => {
       if (typeof h !== 'string' || !/^[\x21-\x7e]{1,80}$/.test(h)) return undefined;
       // Bounded: any client can send any header value; keep the 50 most recent versions.
@@ -49,6 +69,7 @@ export const ingestRoutes =
     app.post(
       '/progress',
       {
+        config,
         schema: {
           summary:
             'Progress events from the opencode plugin (one or a batch); answers the pending directives of their trees',
@@ -57,6 +78,7 @@ export const ingestRoutes =
       },
       async (req, reply) => {
         const events = Array.isArray(req.body) ? req.body : [req.body];
+        checkTimes(events, Array.isArray(req.body));
         const changes = await vigil.engine.progress(events, {
           plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]),
         });
@@ -74,6 +96,7 @@ export const ingestRoutes =
     app.post(
       '/requests',
       {
+        config,
         schema: {
           summary: 'LLM request records from the router (one or a batch)',
           body: oneOrMany(RequestRecordSchema),
@@ -82,6 +105,7 @@ export const ingestRoutes =
       },
       async (req, reply) => {
         const records = Array.isArray(req.body) ? req.body : [req.body];
+        checkTimes(records, Array.isArray(req.body));
         const changes = await vigil.engine.requests(records);
         return reply.code(202).send({
           accepted: records.length,
@@ -93,6 +117,7 @@ export const ingestRoutes =
     app.post(
       '/verdicts',
       {
+        config,
         schema: {
           summary: 'Verdicts from outside the judge (the watchdog), tagged with their source',
           body: oneOrMany(ExternalVerdictSchema),
@@ -111,8 +136,9 @@ export const ingestRoutes =
 
     app.post(
       '/watchdog/heartbeat',
-      { schema: { summary: 'The watchdog reports each tick', body: HeartbeatSchema } },
+      { config, schema: { summary: 'The watchdog reports each tick', body: HeartbeatSchema } },
       async (req, reply) => {
+        checkTimes([{ ts: req.body.last_tick_at }], false, 'last_tick_at');
         vigil.health.watchdog = {
           last_tick_at: req.body.last_tick_at,
           result: req.body.result,
@@ -148,6 +174,7 @@ export const ingestRoutes =
     app.get(
       '/directives',
       {
+        config,
         schema: {
           summary: 'Pending directives for a session tree (the plugin polls this while a session is refused)',
           querystring: z.strictObject({ session: IdSchema }),
@@ -159,6 +186,7 @@ export const ingestRoutes =
     app.post(
       '/directives/ack',
       {
+        config,
         schema: {
           summary: 'The plugin acknowledges directives it carried out',
           body: DirectiveAckSchema,

@@ -136,11 +136,11 @@ describe('VigilClient', () => {
     expect(got[0]).toEqual(d);
     expect(await c.directives('ses_a')).toEqual([d]);
     expect(hits.at(-1)?.url).toBe('/directives?session=ses_a');
-    expect(await c.ack([{ id: 'd1', root_id: 'ses_a' }])).toBe(true);
-    expect(hits.at(-1)?.body).toEqual({ acks: [{ id: 'd1', root_id: 'ses_a' }] });
+    expect(await c.ack([{ id: 'd1', root_id: 'ses_a', session_id: 'ses_a' }])).toBe(true);
+    expect(hits.at(-1)?.body).toEqual({ acks: [{ id: 'd1', root_id: 'ses_a', session_id: 'ses_a' }] });
     mode = 'down';
     expect(await c.directives('ses_a')).toBeUndefined();
-    expect(await c.ack([{ id: 'd1', root_id: 'ses_a' }])).toBe(false);
+    expect(await c.ack([{ id: 'd1', root_id: 'ses_a', session_id: 'ses_a' }])).toBe(false);
     await c.close();
   });
 

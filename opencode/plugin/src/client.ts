@@ -13,6 +13,8 @@ export interface VigilClientOptions {
   url: string;
   /** X-Vigil-Plugin header value (`name/version`). */
   pluginId: string;
+  /** The service's ingestion token (server.ingest_token_env), sent as a bearer token when set. */
+  token?: string;
   /** Per request (ms). */
   timeoutMs?: number;
   /** Events kept while the service is unreachable; past it the oldest go. */
@@ -45,7 +47,7 @@ export class VigilClient {
   private backoffMs = 0;
   private closed = false;
   private readonly base: string;
-  private readonly o: Required<Omit<VigilClientOptions, 'onDirectives' | 'fetch' | 'log'>>;
+  private readonly o: Required<Omit<VigilClientOptions, 'onDirectives' | 'fetch' | 'log' | 'token'>>;
   private readonly fetch: typeof fetch;
   private readonly log: Log;
 
@@ -148,7 +150,7 @@ export class VigilClient {
   }
 
   /** Acknowledge carried-out directives; false when the service did not take it (retry later). */
-  async ack(acks: { id: string; root_id: string }[]): Promise<boolean> {
+  async ack(acks: { id: string; root_id: string; session_id: string }[]): Promise<boolean> {
     if (!acks.length) return true;
     const r = await this.request('POST', '/directives/ack', { acks });
     return r.kind === 'ok' || r.kind === 'rejected';
@@ -164,6 +166,7 @@ export class VigilClient {
         method,
         headers: {
           'x-vigil-plugin': this.o.pluginId,
+          ...(this.opts.token ? { authorization: `Bearer ${this.opts.token}` } : {}),
           ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         },
         body: body === undefined ? undefined : JSON.stringify(body),

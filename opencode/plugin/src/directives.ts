@@ -23,7 +23,7 @@ export interface OpencodeActions {
 
 export interface RunnerOptions {
   actions: OpencodeActions;
-  ack: (acks: { id: string; root_id: string }[]) => Promise<boolean>;
+  ack: (acks: { id: string; root_id: string; session_id: string }[]) => Promise<boolean>;
   /** The model the plugin saw the session use (chat.params), before asking opencode. */
   modelOf?: (sessionID: string) => ModelRef | undefined;
   /**
@@ -68,7 +68,7 @@ export class DirectiveRunner {
   /** compact directives waiting for `session.compacted`, by session. */
   private readonly compacting = new Map<string, Directive>();
   /** Acks the service has not taken yet. */
-  private unacked: { id: string; root_id: string }[] = [];
+  private unacked: { id: string; root_id: string; session_id: string }[] = [];
   private chain: Promise<void> = Promise.resolve();
   private readonly o: RunnerOptions;
   private readonly now: () => number;
@@ -186,7 +186,8 @@ export class DirectiveRunner {
   }
 
   private async acknowledge(d: Directive): Promise<void> {
-    const a = { id: d.id, root_id: d.root_id };
+    // An acknowledgement names the session the directive was for: the service checks it.
+    const a = { id: d.id, root_id: d.root_id, session_id: d.session_id };
     const ok = await this.o.ack([a]).catch(() => false);
     this.log('debug', 'ack', { type: d.type, id: d.id, ok });
     if (!ok) this.unacked.push(a);

@@ -11,7 +11,7 @@ import { PLUGIN_ID } from './version.ts';
 // (helpers stay unexported). Each hook is wrapped: a failure here must never fail or
 // slow the agent's session.
 //
-// Env: VIGIL_URL (default http://127.0.0.1:7411), VIGIL_PLUGIN_LOG (a file for debug
+// Env: VIGIL_URL (default http://127.0.0.1:7411), VIGIL_INGEST_TOKEN (the service's ingestion token), VIGIL_PLUGIN_LOG (a file for debug
 // lines; off by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll,
 // default 3000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
 
@@ -31,7 +31,11 @@ function createCore(ctx: PluginInput, env: Record<string, string | undefined>): 
   return new PluginCore({
     book: new SessionBook({ lookup: sessionLookup(ctx.client) }),
     actions: opencodeActions(ctx.client),
-    vigil: { url: env.VIGIL_URL || 'http://127.0.0.1:7411', pluginId: PLUGIN_ID },
+    vigil: {
+      url: env.VIGIL_URL || 'http://127.0.0.1:7411',
+      pluginId: PLUGIN_ID,
+      ...(env.VIGIL_INGEST_TOKEN ? { token: env.VIGIL_INGEST_TOKEN } : {}),
+    },
     cwd: ctx.directory,
     pollMs: Number.isFinite(poll) && poll >= 250 ? poll : 3_000,
     log: fileLog(env.VIGIL_PLUGIN_LOG),
