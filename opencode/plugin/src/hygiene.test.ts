@@ -290,6 +290,30 @@ describe('prompts and the restore watch', () => {
     valid(first);
   });
 
+  it('the stalled step aborted, or the loop idle: the watch is over (no first token is coming)', async () => {
+    const bulk: SessionBulk = { messages: 10, stored_bytes: 10_000, history_bytes: 10_000, updated_at: clock - 60_000 };
+    const t = sensor({ history: true, bulk, statsMs: 0 });
+    await t.prompt('msg_r1', clock);
+    await new Promise((r) => setTimeout(r, 0));
+    expect(t.h.drain()).toHaveLength(1);
+    t.bus('message.updated', { sessionID: S, info: info('msg_stuck') });
+    clock += 5_000;
+    t.bus('message.updated', {
+      sessionID: S,
+      info: info('msg_stuck', {
+        tokens: { input: 0, output: 0, reasoning: 0, cache: { read: 0, write: 0 } },
+        time: { created: clock - 5_000, completed: clock },
+        error: { name: 'MessageAbortedError', data: { message: 'Aborted' } },
+      }),
+    });
+    expect(t.out.at(-1)).toMatchObject({ kind: 'assistant', error_name: 'MessageAbortedError', visible_output: false });
+    expect(t.h.pending()).toBe(false);
+    await t.prompt('msg_r2', clock + 1_000);
+    expect(t.h.pending()).toBe(true);
+    t.bus('session.idle', { sessionID: S });
+    expect(t.h.pending()).toBe(false);
+  });
+
   it('no reading without a measurement: nothing is concluded on a guess', async () => {
     const t = sensor({ history: true, bulk: undefined });
     await t.prompt('msg_r');

@@ -140,7 +140,12 @@ export class HygieneSensor {
           return this.status(e.properties);
         case 'session.idle': {
           const id = e.properties?.sessionID;
-          if (typeof id === 'string') this.watch(id).running = null;
+          if (typeof id === 'string') {
+            // the loop ended: nothing is pending any more (a stall verdict stays until the next prompt)
+            const w = this.watch(id);
+            w.running = null;
+            w.resumeAt = null;
+          }
           return [];
         }
         case 'session.created': {
@@ -220,6 +225,8 @@ export class HygieneSensor {
     if (w.running === info.id) w.running = null;
     this.reported.set(`a:${info.id}`, true);
     if (ev.visible_output || ev.output_tokens > 0) this.output(sid, ev.ts);
+    // the step ended (an error, an abort): no first token is coming for this resume
+    else if (w.resumeAt !== null && ev.ts >= w.resumeAt) w.resumeAt = null;
     return [ev];
   }
 
