@@ -103,6 +103,12 @@ describe('session hygiene on Redis, two instances', () => {
     expect(await gate('ses_sibling')).toMatchObject({ action: 'allow' });
     const ds = (await b.app.inject({ method: 'GET', url: '/directives?session=ses_e' })).json().directives;
     expect(ds.map((x: { type: string }) => x.type)).toContain('abort');
+    // the flagged index: health and the panel list it on the other instance without reading every session
+    const health = (await b.app.inject({ method: 'GET', url: '/health' })).json();
+    expect(health.detectors['session-hygiene']).toMatchObject({ critical_sessions: ['ses_e'], sessions: 1 });
+    const panels = (await b.app.inject({ method: 'GET', url: '/panels' })).json();
+    const rows = panels.find((p: { detector: string; title: string }) => p.detector === 'session-hygiene').rows;
+    expect(rows[0]).toMatchObject({ session: 'ses_e', level: 'critical', rule: 'empty_generation' });
   }, 60_000);
 
   it("a restore stall armed through one instance is found by the other's tick, once", async () => {

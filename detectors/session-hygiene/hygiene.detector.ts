@@ -307,10 +307,16 @@ export class SessionHygieneDetector implements Detector {
     return rows.sort((a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0));
   }
 
-  /** Sessions with their watch numbers, flagged first then most recent; bounded. */
+  /**
+   * Sessions with their watch numbers, flagged first then most recent. Bounded: the
+   * flagged sessions and enough others to fill `limit` are read, not every session.
+   */
   async sessionRows(limit = 100): Promise<Record<string, unknown>[]> {
+    const flagged = await this.repo.flagged();
+    const seen = new Set(flagged);
+    const others = (await this.repo.ids()).filter((id) => !seen.has(id));
     const states: HygieneState[] = [];
-    for (const id of await this.repo.ids()) {
+    for (const id of [...flagged.slice(-limit), ...others.slice(-limit)]) {
       const st = await this.repo.get(id);
       if (st) states.push(st);
     }
@@ -373,19 +379,23 @@ export class SessionHygieneDetector implements Detector {
 
   async health(): Promise<Record<string, unknown>> {
     const k = this.knobs();
-    const ids = await this.repo.ids();
     const critical: string[] = [];
     let warning = 0;
-    for (const id of ids.slice(0, 5_000)) {
+    let info = 0;
+    const flagged = await this.repo.flagged();
+    for (const id of flagged.slice(-1_000)) {
       const st = await this.repo.get(id);
-      if (st?.level === 'critical' && critical.length < 10) critical.push(id);
-      else if (st?.level === 'warning') warning++;
+      if (st?.level === 'critical') {
+        if (critical.length < 10) critical.push(id);
+      } else if (st?.level === 'warning') warning++;
+      else if (st?.level === 'info') info++;
     }
     return {
       enabled: k.enabled,
-      sessions: ids.length,
+      sessions: (await this.repo.ids()).length,
       critical_sessions: critical,
       warning_sessions: warning,
+      info_sessions: info,
       resumes_watched: (await this.repo.timed()).length,
       models: Object.keys((await this.repo.envelopes()).models).length,
     };

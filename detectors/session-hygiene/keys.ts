@@ -6,6 +6,8 @@ import { keys, TTL } from '../../core/store/keys.ts';
 //   m:<model>    one model's effective envelope (ModelEnvelope)
 //   timed        sessions time alone may change (a pending resume, a resume-count
 //                finding): what a tick visits, instead of every session
+//   flagged      sessions whose level is not ok: what the panel and /health list
+//                first, instead of reading every session
 const NS = keys.plugin('session-hygiene');
 
 export const hyKeys = {
@@ -14,6 +16,7 @@ export const hyKeys = {
   model: (model: string) => `${NS}m:${model}`,
   modelPrefix: `${NS}m:`,
   timed: `${NS}timed`,
+  flagged: `${NS}flagged`,
 } as const;
 
 export const HY_TTL = {
@@ -21,9 +24,9 @@ export const HY_TTL = {
   state: TTL.session,
   /** A model unseen this long loses its envelope. */
   model: 30 * 86_400_000,
-  /** The timed index: rewritten whenever a session enters or leaves it. */
-  timed: TTL.session,
+  /** The indexes: rewritten whenever a session enters or leaves one. */
+  index: TTL.session,
 } as const;
 
-/** Sessions the timed index keeps at most; past it the oldest entries go (their next input re-adds them). */
-export const TIMED_MAX = 10_000;
+/** Sessions an index keeps at most; past it the oldest entries go (their next change re-adds them). */
+export const INDEX_MAX = 10_000;

@@ -9,7 +9,7 @@ import {
   newEnvelopeBook,
   newHygieneState,
 } from './judge.ts';
-import { HY_TTL, hyKeys, TIMED_MAX } from './keys.ts';
+import { HY_TTL, hyKeys, INDEX_MAX } from './keys.ts';
 import type { HygieneOptions } from './options.ts';
 
 // Where the session-hygiene states and envelopes live. In-process (memory backend) they
@@ -29,6 +29,8 @@ const NO_CHANGES: readonly HygieneChange[] = Object.freeze([]);
 export const isTimed = (s: HygieneState | undefined): boolean =>
   s !== undefined && (s.resume_at !== null || s.findings[R_RESUMES] !== null);
 
+const isFlagged = (s: HygieneState | undefined): boolean => s !== undefined && s.level !== 'ok';
+
 export interface HygieneRepo {
   get(id: string): Promise<HygieneState | undefined>;
   /** Runs `step` on the state (a new one when absent and `create`); undefined when absent and not created. */
@@ -41,6 +43,8 @@ export interface HygieneRepo {
   timed(): Promise<string[]>;
   /** Drops ids from the timed index (their state is gone). */
   untime(ids: readonly string[]): Promise<void>;
+  /** Sessions whose level is not ok (bounded). */
+  flagged(): Promise<string[]>;
 }
 
 /** In-process: live objects, least recently updated dropped past max_sessions. */
@@ -115,6 +119,12 @@ export class LiveRepo implements HygieneRepo {
   async untime(ids: readonly string[]) {
     for (const id of ids) this.timedSet.delete(id);
   }
+
+  async flagged() {
+    const out: string[] = [];
+    for (const [id, s] of this.states) if (s.level !== 'ok') out.push(id);
+    return out;
+  }
 }
 
 /** A book holding one model's envelope (own property, whatever the model string). */
@@ -138,16 +148,21 @@ export class StoreRepo implements HygieneRepo {
   async mutate(id: string, step: Step, create: boolean): Promise<readonly HygieneChange[] | undefined> {
     const r = await this.store.update<
       HygieneState,
-      { changes: readonly HygieneChange[]; was: boolean; is: boolean } | undefined
+      { changes: readonly HygieneChange[]; timed: [boolean, boolean]; flagged: [boolean, boolean] } | undefined
     >(hyKeys.state(id), (cur) => {
       if (cur === undefined && !create) return { value: undefined, result: undefined };
       const s = cur ?? newHygieneState(id);
-      const was = isTimed(cur);
+      const before: [boolean, boolean] = [isTimed(cur), isFlagged(cur)];
       const changes = step(s);
-      return { value: s, result: { changes, was, is: isTimed(s) }, ttlMs: HY_TTL.state };
+      return {
+        value: s,
+        result: { changes, timed: [before[0], isTimed(s)], flagged: [before[1], isFlagged(s)] },
+        ttlMs: HY_TTL.state,
+      };
     });
     if (r === undefined) return undefined;
-    if (r.was !== r.is) await this.timeIndex(id, r.is);
+    if (r.timed[0] !== r.timed[1]) await this.index(hyKeys.timed, [id], r.timed[1]);
+    if (r.flagged[0] !== r.flagged[1]) await this.index(hyKeys.flagged, [id], r.flagged[1]);
     return r.changes.length ? r.changes : NO_CHANGES;
   }
 
@@ -194,24 +209,27 @@ export class StoreRepo implements HygieneRepo {
   }
 
   async untime(ids: readonly string[]): Promise<void> {
-    if (!ids.length) return;
-    await this.store.update<Record<string, number>, void>(hyKeys.timed, (cur) => {
-      const next = { ...(cur ?? {}) };
-      for (const id of ids) delete next[id];
-      return { value: Object.keys(next).length ? next : undefined, result: undefined, ttlMs: HY_TTL.timed };
-    });
+    await this.index(hyKeys.timed, ids, false);
+    await this.index(hyKeys.flagged, ids, false);
   }
 
-  private async timeIndex(id: string, on: boolean): Promise<void> {
-    if (!on) return this.untime([id]);
-    await this.store.update<Record<string, number>, void>(hyKeys.timed, (cur) => {
+  async flagged(): Promise<string[]> {
+    return Object.keys((await this.store.get<Record<string, number>>(hyKeys.flagged)) ?? {});
+  }
+
+  /** Adds ids to an index (as its newest entries) or removes them; bounded by INDEX_MAX. */
+  private async index(key: string, ids: readonly string[], on: boolean): Promise<void> {
+    if (!ids.length) return;
+    await this.store.update<Record<string, number>, void>(key, (cur) => {
       const next: Record<string, number> = { ...(cur ?? {}) };
-      delete next[id];
-      next[id] = 1;
-      const ids = Object.keys(next);
-      // oldest entries first (insertion order): past the cap they go; their next input re-adds them
-      for (const old of ids.slice(0, Math.max(0, ids.length - TIMED_MAX))) delete next[old];
-      return { value: next, result: undefined, ttlMs: HY_TTL.timed };
+      for (const id of ids) {
+        delete next[id];
+        if (on) next[id] = 1;
+      }
+      const all = Object.keys(next);
+      // oldest entries first (insertion order): past the cap they go; their next change re-adds them
+      for (const old of all.slice(0, Math.max(0, all.length - INDEX_MAX))) delete next[old];
+      return { value: all.length ? next : undefined, result: undefined, ttlMs: HY_TTL.index };
     });
   }
 }
