@@ -5,6 +5,7 @@ import { webhookPlugin } from './channels/webhook/index.ts';
 import { Registry } from './core/registry.ts';
 import { behaviorBreakerPlugin } from './detectors/behavior-breaker/index.ts';
 import { noProgressPlugin } from './detectors/no-progress/index.ts';
+import { sessionHygienePlugin } from './detectors/session-hygiene/index.ts';
 import { autoCompactPlugin } from './modes/auto-compact/index.ts';
 import { autoLimitContextPlugin } from './modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from './modes/auto-recover/index.ts';
@@ -24,6 +25,7 @@ export function createRegistry(): Registry {
     .register(twilioPlugin, 'built-in')
     .register(noProgressPlugin, 'built-in')
     .register(behaviorBreakerPlugin, 'built-in')
+    .register(sessionHygienePlugin, 'built-in')
     .register(warnPlugin, 'built-in')
     .register(autoCompactPlugin, 'built-in')
     .register(autoLimitContextPlugin, 'built-in')

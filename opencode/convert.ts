@@ -1,4 +1,4 @@
-import type { MarkerEvent, ProgressEvent, RequestRecord, ToolEvent } from '../core/wire.ts';
+import type { AssistantEvent, MarkerEvent, ProgressEvent, RequestRecord, RetryEvent, ToolEvent } from '../core/wire.ts';
 import { type CallFingerprint, normalizeCall } from './normalize.ts';
 
 // Converters from opencode 1.18 shapes (verified against a real 1.18.33, see
@@ -68,6 +68,8 @@ export interface OcMessageInfo {
   cost?: number;
   tokens?: { input?: number; output?: number; reasoning?: number; cache?: { read?: number; write?: number } };
   summary?: unknown;
+  finish?: string;
+  error?: { name?: unknown; data?: { statusCode?: unknown } };
 }
 export interface OcMessage {
   info: OcMessageInfo;
@@ -498,4 +500,155 @@ function int(v: unknown, field: string): number {
   if (v === undefined || v === null) return 0;
   if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new ShapeError(field, 'expected a count >= 0');
   return Math.round(v);
+}
+
+// ---------------------------------------------------------------------------
+// session hygiene: sizes, counts, times and codes of a session's model calls
+
+/** A machine code as the wire takes it (core/wire.ts CodeSchema), else undefined: never a sentence. */
+export function codeOf(v: unknown): string | undefined {
+  if (typeof v === 'number' && Number.isInteger(v)) v = String(v);
+  return typeof v === 'string' && /^[A-Za-z0-9_.:/-]{1,64}$/.test(v) ? v : undefined;
+}
+
+/**
+ * A finished assistant message (one model step: `time.completed` or an `error`) -> an
+ * `assistant` event: its token counts, `finish`, the error's name and provider status
+ * code (never `error.data.message` or the response body), and whether it produced
+ * visible output. `visible` is what the caller saw of its parts (text with content or a
+ * tool call); a `tool-calls` finish is a tool call. Null while the message is running.
+ */
+export function assistantEvent(
+  info: unknown,
+  ctx: Omit<SessionContext, 'cwd' | 'session_id'> & { session_id?: string; ts?: number },
+  visible: boolean,
+): AssistantEvent | null {
+  const m = need<OcMessageInfo>(info, 'info', 'object');
+  if (m.role !== 'assistant') return null;
+  const id = need<string>(m.id, 'info.id', 'string');
+  const session_id = ctx.session_id ?? need<string>(m.sessionID, 'info.sessionID', 'string');
+  const completed = num(m.time?.completed);
+  const err = m.error && typeof m.error === 'object' ? m.error : undefined;
+  if (completed === undefined && err === undefined) return null;
+  const t = m.tokens && typeof m.tokens === 'object' ? m.tokens : {};
+  const finish = codeOf(m.finish);
+  const errorName = err ? (codeOf(err.name) ?? 'UnknownError') : undefined;
+  const errorCode = err ? codeOf(err.data?.statusCode) : undefined;
+  const model =
+    typeof m.providerID === 'string' && typeof m.modelID === 'string'
+      ? `${m.providerID}/${m.modelID}`.replace(/[^\x21-\x7e]/g, '?').slice(0, 200)
+      : undefined;
+  return {
+    kind: 'assistant',
+    session_id,
+    ...(ctx.parent_session_id ? { parent_session_id: ctx.parent_session_id } : {}),
+    ...(ctx.agent ? { agent: cleanAgent(ctx.agent) } : {}),
+    call_id: id,
+    ...(model ? { model } : {}),
+    input_tokens: int(t.input, 'info.tokens.input'),
+    output_tokens: int(t.output, 'info.tokens.output'),
+    reasoning_tokens: int(t.reasoning, 'info.tokens.reasoning'),
+    cache_read_tokens: int(t.cache?.read, 'info.tokens.cache.read'),
+    cache_write_tokens: int(t.cache?.write, 'info.tokens.cache.write'),
+    ...(finish ? { finish } : {}),
+    ...(errorName ? { error_name: errorName } : {}),
+    ...(errorCode ? { error_code: errorCode } : {}),
+    visible_output: err === undefined && (visible || finish === 'tool-calls'),
+    ...(m.summary === true ? { summary: true } : {}),
+    ts: completed ?? ctx.ts ?? num(m.time?.created) ?? 0,
+  };
+}
+
+/** A part that shows the model produced something: text with content, reasoning, a tool call. */
+export function isOutputPart(part: unknown): boolean {
+  const p = part as { type?: unknown; text?: unknown; synthetic?: unknown } | null;
+  if (!p || typeof p !== 'object') return false;
+  if (p.type === 'tool') return true;
+  if (p.type === 'text') return p.synthetic !== true && typeof p.text === 'string' && p.text.trim().length > 0;
+  if (p.type === 'reasoning') return typeof p.text === 'string' && p.text.length > 0;
+  return false;
+}
+
+/** Visible output (what an empty generation lacks): text with content or a tool call; reasoning alone is not. */
+export function isVisiblePart(part: unknown): boolean {
+  return isOutputPart(part) && (part as { type?: unknown }).type !== 'reasoning';
+}
+
+/** opencode `session.status` `{type: "retry", attempt, next}` -> a `retry` event (never its `message`). */
+export function retryEvent(status: unknown, ctx: Omit<SessionContext, 'cwd'>, ts: number): RetryEvent | null {
+  const s = status as { type?: unknown; attempt?: unknown; next?: unknown } | null;
+  if (s?.type !== 'retry') return null;
+  const attempt = typeof s.attempt === 'number' && Number.isInteger(s.attempt) && s.attempt >= 1 ? s.attempt : 1;
+  const next = num(s.next);
+  return {
+    kind: 'retry',
+    session_id: ctx.session_id,
+    ...(ctx.parent_session_id ? { parent_session_id: ctx.parent_session_id } : {}),
+    ...(ctx.agent ? { agent: cleanAgent(ctx.agent) } : {}),
+    attempt: Math.min(attempt, 1_000_000),
+    ...(next !== undefined && next >= 0 ? { next: Math.round(next) } : {}),
+    ts,
+  };
+}
+
+/**
+ * The size of an image a `file` part (or a tool result's attachment) carries: the
+ * decoded bytes of its data URL. Undefined for anything else, or a file by reference
+ * (its size is not in the part). Only the URL's length is read, never its content.
+ */
+export function imageBytes(part: unknown): number | undefined {
+  const p = part as { type?: unknown; mime?: unknown; url?: unknown } | null;
+  if (!p || typeof p !== 'object' || p.type !== 'file') return undefined;
+  if (typeof p.mime !== 'string' || !p.mime.startsWith('image/') || typeof p.url !== 'string') return undefined;
+  if (!p.url.startsWith('data:')) return undefined;
+  const comma = p.url.indexOf(',');
+  if (comma < 0) return undefined;
+  const len = p.url.length - comma - 1;
+  if (!p.url.slice(0, comma).endsWith(';base64')) return len;
+  const pad = p.url.endsWith('==') ? 2 : p.url.endsWith('=') ? 1 : 0;
+  return Math.max(0, Math.floor((len * 3) / 4) - pad);
+}
+
+/** A session's bulk as one `GET /session/{id}/message` list shows it. */
+export interface SessionBulk {
+  messages: number;
+  /** Bytes of the messages and parts as opencode serves them (UTF-8 JSON). */
+  stored_bytes: number;
+  /** The same since the latest compaction summary: what the model is sent (null: not measured). */
+  history_bytes: number | null;
+  /** The newest model-side write: a finished assistant message, or an output part of a running one. Null: none. */
+  updated_at: number | null;
+}
+
+/** Counts and sizes only: the messages are measured, nothing of them is kept. */
+export function sessionBulk(messages: readonly unknown[]): SessionBulk {
+  let stored = 0;
+  let history = 0;
+  let updated: number | null = null;
+  const later = (t: number | undefined) => {
+    if (t !== undefined && (updated === null || t > updated)) updated = t;
+  };
+  for (const raw of messages) {
+    const size = Buffer.byteLength(JSON.stringify(raw) ?? '', 'utf8');
+    stored += size;
+    history += size;
+    const m = raw as { info?: OcMessageInfo; parts?: unknown[] } | null;
+    const info = m?.info;
+    if (info?.role !== 'assistant') continue;
+    if (info.summary === true) history = size;
+    const done = num(info.time?.completed);
+    if (done !== undefined) {
+      later(done);
+      continue;
+    }
+    for (const p of Array.isArray(m?.parts) ? m.parts : []) {
+      if (!isOutputPart(p)) continue;
+      const pt = p as {
+        time?: { start?: unknown; end?: unknown };
+        state?: { time?: { start?: unknown; end?: unknown } };
+      };
+      later(num(pt.time?.end) ?? num(pt.time?.start) ?? num(pt.state?.time?.end) ?? num(pt.state?.time?.start));
+    }
+  }
+  return { messages: messages.length, stored_bytes: stored, history_bytes: history, updated_at: updated };
 }

@@ -42,7 +42,8 @@ async function feed(vs: Vigil[], inputs: readonly JudgeInput[]) {
           ? await v.engine.requests([i.record])
           : [];
     for (const c of changes)
-      if (rank[c.to] > rank[(worst.get(c.subject.id) ?? 'ok') as 'ok']) worst.set(c.subject.id, c.to);
+      if (c.detector === 'no-progress' && rank[c.to] > rank[(worst.get(c.subject.id) ?? 'ok') as 'ok'])
+        worst.set(c.subject.id, c.to);
   }
   return worst;
 }

@@ -269,6 +269,24 @@ describe('restore stall', () => {
     expect(stalled([prompt(t, true), stats(t + 5 * SEC)], t + 126 * SEC)).toEqual([]);
   });
 
+  it('the stalled step aborted (by Vigil or the user) is no first token: the verdict stays until the next prompt', () => {
+    const r = run([prompt(t, true), stats(t + 5 * SEC)], knobs({ message_ceiling: 100_000 }));
+    const k = r.tracker.knobs;
+    const out = [...onTick(r.s(), t + 121 * SEC, k)];
+    const aborted = P({
+      kind: 'assistant',
+      session_id: S,
+      call_id: 'msg_aborted',
+      model: M,
+      error_name: 'MessageAbortedError',
+      visible_output: false,
+      ts: t + 122 * SEC,
+    });
+    out.push(...r.tracker.apply(aborted), ...onTick(r.s(), t + 200 * SEC, k));
+    expect(rules(out)).toEqual(['ok->critical:restore_stall']);
+    expect(r.s().resume_at).toBe(t);
+  });
+
   it('a prompt that is not a resume starts no restore watch', () => {
     expect(stalled([prompt(t, false), stats(t + 5 * SEC)], t + 121 * SEC)).toEqual([]);
   });

@@ -8,6 +8,8 @@ describe('hygiene options', () => {
     expect(defaultHygieneOptions()).toEqual({
       enabled: true,
       auto_fresh: false,
+      info_alerts: false,
+      empty_refusal: 1_800_000,
       per_call_warn: 150_000,
       per_call_retire: 200_000,
       trend_turns: 32,

@@ -15,10 +15,17 @@ export const RESUMES_KEPT = 16;
 
 export const HygieneOptionsSchema = z
   .strictObject({
-    /** Off: the judge is not run (the lead's wiring reads this). */
+    /** Off: the detector judges nothing (the engine skips it; its routes stay). */
     enabled: z.boolean().default(true),
     /** On: retire and restore-stall verdicts open a fresh session with the brief; off: they only warn. */
     auto_fresh: z.boolean().default(false),
+    /**
+     * On: info tells also go to the mode and the notifier (severity info, verdict stalling,
+     * so the behavior breaker counts them as stalls); off: the readout and the report only.
+     */
+    info_alerts: z.boolean().default(false),
+    /** Acting modes: the gate refuses a conversation this long after its empty generation (a new prompt ends it sooner). */
+    empty_refusal: duration().prefault('30m'),
 
     /** Watch number (prompt tokens per model call over the last completed turn) for "finish this question here". */
     per_call_warn: tokens(150_000),

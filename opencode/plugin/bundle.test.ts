@@ -107,7 +107,16 @@ describe('the bundled plugin (dist/vigil.js)', () => {
       posted.every((p) => p.url === 'http://vigil.test:7411/progress' && p.headers['x-vigil-plugin'] === version),
     ).toBe(true);
     const events = z.array(ProgressEventSchema).parse(posted.flatMap((p) => p.body));
-    expect(events).toHaveLength(21);
+    const hygiene = new Set(['assistant', 'prompt', 'retry', 'image', 'session_stats']);
+    expect(events.filter((e) => !hygiene.has(e.kind))).toHaveLength(21);
+    // session hygiene: the two user prompts (neither a resume) and the three finished model steps captured
+    expect(
+      events
+        .filter((e) => hygiene.has(e.kind))
+        .map((e) => e.kind)
+        .sort(),
+    ).toEqual(['assistant', 'assistant', 'assistant', 'prompt', 'prompt']);
+    expect(events.filter((e) => e.kind === 'prompt').every((e) => e.kind === 'prompt' && !e.resume)).toBe(true);
     const wire = JSON.stringify(posted.map((p) => p.body));
     for (const content of ['FAIL: add', 'export function', 'return a', 'Continue if', 'SUBAGENT', CWD, 'echo ok']) {
       expect(wire).not.toContain(content);

@@ -6,7 +6,7 @@ import { IdSchema, type ToolEvent, type Verdict } from '../../core/wire.ts';
 import { type JudgeInput, Tracker } from '../../detectors/no-progress/judge.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
 import { loadInput } from '../../detectors/no-progress/replay/inputs.ts';
-import { type OcSession, sessionToInputs } from '../convert.ts';
+import { type OcSession, type SessionBulk, sessionBulk, sessionToInputs } from '../convert.ts';
 import { fieldsOf, opencodeClient, short } from './discover.ts';
 
 // Step 2 and 3 of a tick: read the sessions active since the last tick (and their
@@ -76,6 +76,8 @@ export interface LoadedSession {
   active: boolean;
   updated: number;
   inputs: JudgeInput[];
+  /** Its bulk (messages, bytes, newest model-side write) for session hygiene; read for active sessions. */
+  bulk?: SessionBulk;
 }
 
 export interface Collected {
@@ -260,6 +262,7 @@ export async function collectFromServer(url: string, o: CollectOptions): Promise
       active: isActive,
       updated: s.time.updated,
       inputs,
+      ...(isActive ? { bulk: sessionBulk(messages) } : {}),
     });
   }
   return out;
@@ -319,7 +322,9 @@ export async function collectFromDb(path: string, o: CollectOptions): Promise<Co
     if (list === undefined) bySession.set(id, [input]);
     else list.push(input);
   }
+  const bulks = dbBulks(path, [...updated.keys()]);
   for (const [id, info] of loaded.sessions) {
+    const bulk = bulks.get(id);
     out.sessions.push({
       id,
       ...(info.parent ? { parent: info.parent } : {}),
@@ -327,7 +332,58 @@ export async function collectFromDb(path: string, o: CollectOptions): Promise<Co
       active: updated.has(id),
       updated: updated.get(id) ?? 0,
       inputs: bySession.get(id) ?? [],
+      ...(bulk ? { bulk } : {}),
     });
+  }
+  return out;
+}
+
+interface DbBulkRow {
+  messages: number;
+  message_bytes: number | null;
+  part_bytes: number | null;
+  completed: number | null;
+  output: number | null;
+}
+
+/**
+ * Session hygiene from opencode.db (read-only): stored messages, the bytes of their
+ * message and part rows, the newest model-side write (a finished assistant message, or
+ * an output part of one). Counts, sizes and times only; a storage that changed shape
+ * gives no bulk (the verdicts are not held back for it).
+ */
+export function dbBulks(path: string, ids: readonly string[]): Map<string, SessionBulk> {
+  const out = new Map<string, SessionBulk>();
+  if (!ids.length) return out;
+  try {
+    const db = new Database(path, { readonly: true, fileMustExist: true });
+    try {
+      const q = db.prepare(`SELECT
+          (SELECT COUNT(*) FROM message WHERE session_id = @id) AS messages,
+          (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM message WHERE session_id = @id) AS message_bytes,
+          (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM part WHERE session_id = @id) AS part_bytes,
+          (SELECT MAX(json_extract(data, '$.time.completed')) FROM message
+             WHERE session_id = @id AND json_extract(data, '$.role') = 'assistant') AS completed,
+          (SELECT MAX(p.time_updated) FROM part p JOIN message m ON m.id = p.message_id
+             WHERE p.session_id = @id AND json_extract(m.data, '$.role') = 'assistant'
+               AND json_extract(p.data, '$.type') IN ('text', 'tool', 'reasoning')) AS output`);
+      for (const id of ids) {
+        const r = q.get({ id }) as DbBulkRow;
+        const bytes = (r.message_bytes ?? 0) + (r.part_bytes ?? 0);
+        const times = [r.completed, r.output].filter((t): t is number => typeof t === 'number');
+        out.set(id, {
+          messages: r.messages,
+          stored_bytes: bytes,
+          // the rows do not say where the last compaction cut the history
+          history_bytes: null,
+          updated_at: times.length ? Math.max(...times) : null,
+        });
+      }
+    } finally {
+      db.close();
+    }
+  } catch {
+    out.clear();
   }
   return out;
 }

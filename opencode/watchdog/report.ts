@@ -5,14 +5,15 @@ import { desktopPlugin } from '../../channels/desktop/index.ts';
 import type { Alert } from '../../core/alert.ts';
 import type { ChannelEntry, VigilConfig } from '../../core/config.ts';
 import { TOKENS } from '../../core/tokens.ts';
-import type { VerdictLevel } from '../../core/wire.ts';
+import type { SessionStatsEvent, VerdictLevel } from '../../core/wire.ts';
 import { short } from './discover.ts';
 import type { SecondOpinion } from './opinion.ts';
 import type { TickResult } from './state.ts';
 
 // Step 5 of a tick: report, never act. Verdicts go to the service's POST /verdicts
-// (tagged source "watchdog"; the service applies the mode and alerts), the tick's
-// result to POST /watchdog/heartbeat. When the service does not answer, the watchdog
+// (tagged source "watchdog"; the service applies the mode and alerts), each active
+// session's bulk to POST /progress as a `session_stats` reading (session hygiene), the
+// tick's result to POST /watchdog/heartbeat. When the service does not answer, the watchdog
 // raises ONE critical desktop alert itself through the desktop channel's code, and
 // nothing else: a dead service is exactly when an unattended run needs a person.
 
@@ -67,6 +68,15 @@ export async function post(t: ServiceTarget, path: string, body: unknown): Promi
 export async function postVerdicts(t: ServiceTarget, list: readonly VerdictOut[]): Promise<Delivery> {
   for (let i = 0; i < list.length; i += 500) {
     const d = await post(t, '/verdicts', list.slice(i, i + 500));
+    if (d.state !== 'ok') return d;
+  }
+  return { state: 'ok' };
+}
+
+/** Session-hygiene readings to POST /progress, up to 500 per request (the service's batch limit). */
+export async function postStats(t: ServiceTarget, list: readonly SessionStatsEvent[]): Promise<Delivery> {
+  for (let i = 0; i < list.length; i += 500) {
+    const d = await post(t, '/progress', list.slice(i, i + 500));
     if (d.state !== 'ok') return d;
   }
   return { state: 'ok' };

@@ -5,6 +5,7 @@ import { createRegistry } from '../../builtins.ts';
 import { loadConfig } from '../../core/config.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import type { NoProgressDetector } from '../../detectors/no-progress/no-progress.detector.ts';
+import type { SessionHygieneDetector } from '../../detectors/session-hygiene/hygiene.detector.ts';
 import { buildServer } from '../../service/server.ts';
 import {
   type Behaviour,
@@ -162,7 +163,8 @@ describe('watchdog tick', () => {
 
     const row = (await rows()).find((x) => x.session === LOOP);
     expect(row).toMatchObject({ verdict: 'looping', source: 'watchdog' });
-    expect((await rows()).find((x) => x.session === HEALTHY)).toBeUndefined();
+    // the healthy session gets no verdict, only its bulk (session hygiene): ok in the readout
+    expect((await rows()).find((x) => x.session === HEALTHY)).toMatchObject({ verdict: 'ok', messages: 5 });
     expect((await vigil.detector<NoProgressDetector>('no-progress').externalVerdict(LOOP))?.second_opinion).toEqual({
       model: 'fake-llm',
       looping: true,
@@ -241,6 +243,22 @@ describe('watchdog tick', () => {
     expect(r).toMatchObject({ status: 'flagged', servers: 1, flagged: 1 });
   });
 
+  it("reports each active session's bulk as a session_stats reading, live when its server answered", async () => {
+    const now = Date.now();
+    const oc = await opencode(twoSessions(now));
+    const r = await runTick({ config: config({ servers: [oc.url] }, { local_compute: { enabled: false } }) });
+    expect(r).toMatchObject({ source: 'api', stats: 2, service: 'up' });
+    const st = await vigil.detector<SessionHygieneDetector>('session-hygiene').state(LOOP);
+    const bytes = Buffer.byteLength(JSON.stringify(twoSessions(now).messages[LOOP]));
+    expect(st?.stats).toMatchObject({ messages: 31, live: true });
+    // the fake's ids differ per call: sizes within a few bytes per message
+    expect(Math.abs((st?.stats?.stored_bytes ?? 0) - bytes)).toBeLessThan(31 * 8);
+    // the newest model-side write: the last assistant message's completion
+    expect(st?.stats?.updated_at).toBe(now - 100_000 + 30 * 1_000 + 500);
+    const row = (await rows()).find((x) => x.session === LOOP) as Record<string, unknown> | undefined;
+    expect(row).toMatchObject({ messages: 31 });
+  });
+
   it('reads opencode.db read-only when no server answers', async () => {
     const db = join(dir, 'opencode.db');
     copyFileSync(join(import.meta.dirname, '../../test/fixtures/opencode-export/opencode.db'), db);
@@ -257,6 +275,11 @@ describe('watchdog tick', () => {
     });
     expect(r).toMatchObject({ source: 'db', servers: 0 });
     expect(r.sessions).toBeGreaterThan(0);
+    // session hygiene from the rows: counts and sizes, live false (the database file alone)
+    expect(r.stats).toBe(2);
+    const st = await vigil.detector<SessionHygieneDetector>('session-hygiene').state('ses_dd3c1f1ffffe6w37wujp0POfVN');
+    expect(st?.stats).toMatchObject({ messages: 27, live: false });
+    expect(st?.stats?.stored_bytes).toBeGreaterThan(10_842);
     expect(['ok', 'flagged']).toContain(r.status);
     expect(readFileSync(db).equals(before)).toBe(true);
   });

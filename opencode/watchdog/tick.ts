@@ -1,8 +1,16 @@
 import { existsSync } from 'node:fs';
 import type { VigilConfig } from '../../core/config.ts';
 import { type Logger, silentLogger } from '../../core/logger.ts';
+import type { SessionStatsEvent } from '../../core/wire.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
-import { type Collected, collectFromDb, collectFromServer, type JudgedSession, judgeSessions } from './collect.ts';
+import {
+  type Collected,
+  collectFromDb,
+  collectFromServer,
+  type JudgedSession,
+  judgeSessions,
+  type LoadedSession,
+} from './collect.ts';
 import { candidateServers, probeAll, short } from './discover.ts';
 import { acquireLock, type LockInfo } from './lock.ts';
 import { askModel, buildDigest, type SecondOpinion } from './opinion.ts';
@@ -10,6 +18,7 @@ import { resolvePaths, type WatchdogOptions } from './options.ts';
 import {
   type Delivery,
   postHeartbeat,
+  postStats,
   postVerdicts,
   type ServiceTarget,
   sendDirectAlert,
@@ -34,6 +43,8 @@ export interface TickOutcome extends TickResult {
   at: number;
   /** Sessions reported non-ok, and recovered ones reported ok. */
   reported: VerdictOut[];
+  /** Session-hygiene readings sent (one per active session whose bulk was read). */
+  stats: number;
   /** Where the sessions came from. */
   source: 'api' | 'db' | 'none';
   service: 'up' | 'down' | 'refused' | 'not contacted';
@@ -67,7 +78,7 @@ export async function runTick(o: TickOptions): Promise<TickOutcome> {
     token: env[cfg.server.admin_token_env] || undefined,
     timeoutMs: w.request_timeout,
   };
-  const base = { at, servers: 0, sessions: 0, flagged: 0, model_calls: 0, reported: [], alerted: false };
+  const base = { at, servers: 0, sessions: 0, flagged: 0, model_calls: 0, reported: [], stats: 0, alerted: false };
   if (!w.enabled) {
     return { ...base, status: 'skipped', error: 'watchdog.enabled is false', source: 'none', service: 'not contacted' };
   }
@@ -114,6 +125,32 @@ export async function runTick(o: TickOptions): Promise<TickOutcome> {
   } finally {
     lock.release();
   }
+}
+
+/**
+ * `session_stats` readings of the active sessions: stored messages and bytes, the newest
+ * model-side write, and `live` (the opencode server answered; false from the database
+ * file alone, which can never conclude a restore stall).
+ */
+export function statsOf(sessions: readonly LoadedSession[], live: boolean, at: number): SessionStatsEvent[] {
+  const out: SessionStatsEvent[] = [];
+  for (const s of sessions) {
+    const b = s.bulk;
+    if (!s.active || !b) continue;
+    out.push({
+      kind: 'session_stats',
+      session_id: s.id,
+      ...(s.parent ? { parent_session_id: s.parent } : {}),
+      ...(s.agent ? { agent: clip(s.agent).slice(0, 64) } : {}),
+      messages: Math.min(b.messages, 100_000_000),
+      stored_bytes: b.stored_bytes,
+      ...(b.history_bytes !== null ? { history_bytes: b.history_bytes } : {}),
+      ...(b.updated_at !== null ? { updated_at: b.updated_at } : {}),
+      live,
+      ts: at,
+    });
+  }
+  return out;
 }
 
 function fresh(): WatchdogState {
@@ -227,8 +264,12 @@ async function body(
     ...(issues.length || collected.errors.length ? { error: clip([...issues, ...collected.errors][0]) } : {}),
   };
 
+  // session hygiene: each active session's bulk, live when its server answered
+  const stats = statsOf(collected.sessions, source === 'api', at);
+
   let delivery: Delivery = { state: 'ok' };
   if (reported.length) delivery = await postVerdicts(service, reported);
+  if (delivery.state === 'ok' && stats.length) delivery = await postStats(service, stats);
   const refused = (d: Delivery) => {
     // a 4xx is a bug between watchdog and service, not an outage: the tick failed
     if (d.state !== 'refused') return;
@@ -314,6 +355,7 @@ async function body(
     ...result,
     at,
     reported,
+    stats: delivered ? stats.length : 0,
     source,
     service: deliveryState(delivery),
     alerted,

@@ -173,7 +173,8 @@ function onPrompt(s: HygieneState, ev: PromptEvent, k: HygieneOptions): void {
 
 function onAssistant(s: HygieneState, ev: AssistantEvent, k: HygieneOptions, envelope?: ModelEnvelope | null): void {
   if (seen(s, ev.call_id)) return;
-  firstToken(s, ev.ts);
+  // a step the user (or Vigil) aborted before it produced anything is no first token
+  if (ev.error_name !== ABORTED || ev.visible_output || ev.output_tokens > 0) firstToken(s, ev.ts);
   // a compaction summary is not a step of the agent's work
   if (ev.summary === true) return;
   const t = turnFor(s, ev.ts, k);

@@ -13,7 +13,14 @@ import { SessionBook } from './identity.ts';
 const lines = captured();
 const Batch = z.array(ProgressEventSchema).min(1).max(500);
 
-function setup(o: { directives?: Directive[]; pollMs?: number; summarize?: OpencodeActions['summarize'] } = {}) {
+function setup(
+  o: {
+    directives?: Directive[];
+    pollMs?: number;
+    summarize?: OpencodeActions['summarize'];
+    hygiene?: ConstructorParameters<typeof PluginCore>[0]['hygiene'];
+  } = {},
+) {
   const posted: { path: string; body: any; headers: Record<string, string> }[] = [];
   let pending = o.directives ?? [];
   const fetch = (async (url: string, init: RequestInit) => {
@@ -44,6 +51,7 @@ function setup(o: { directives?: Directive[]; pollMs?: number; summarize?: Openc
       await o.summarize?.(id, m, auto);
     },
     lastModel: async () => undefined,
+    fresh: async () => 'ses_fresh',
   };
   const core = new PluginCore({
     book: new SessionBook(),
@@ -51,6 +59,7 @@ function setup(o: { directives?: Directive[]; pollMs?: number; summarize?: Openc
     vigil: { url: 'http://vigil.test', pluginId: 'vigil-opencode/9.9.9+test', fetch },
     cwd: CWD,
     pollMs: o.pollMs ?? 0,
+    hygiene: o.hygiene,
   });
   return { core, posted, calls, setPending: (d: Directive[]) => (pending = d) };
 }
@@ -190,6 +199,28 @@ describe('PluginCore with captured opencode 1.18.33 hooks', () => {
       expect(() => core.onCompacting(bad, bad)).not.toThrow();
       await expect(core.onChatHeaders(bad, bad)).resolves.toBeUndefined();
     }
+    await core.dispose();
+  });
+
+  it('session hygiene: a resumed session sends its prompt and, on the poll, its stats until the first token', async () => {
+    const { core, posted } = setup({
+      hygiene: {
+        hasHistory: async () => true,
+        measure: async () => ({ messages: 40, stored_bytes: 90_000, history_bytes: 90_000, updated_at: 1_000 }),
+        statsMs: 0,
+      },
+    });
+    core.onChatMessage(
+      { sessionID: ROOT },
+      { message: { id: 'msg_resume', role: 'user', time: { created: 5_000 } }, parts: [{ type: 'text', text: 'go' }] },
+    );
+    await new Promise((r) => setTimeout(r, 0));
+    await core.poll();
+    await core.client.flush();
+    const sent = events(posted);
+    expect(sent.map((e) => e.kind)).toEqual(['prompt', 'session_stats', 'session_stats']);
+    expect(sent[0]).toMatchObject({ kind: 'prompt', session_id: ROOT, call_id: 'msg_resume', resume: true, ts: 5_000 });
+    expect(sent[1]).toMatchObject({ messages: 40, stored_bytes: 90_000, updated_at: 1_000, live: true });
     await core.dispose();
   });
 });

@@ -3,6 +3,7 @@ import type { Directive, ProgressEvent } from '../../../core/wire.ts';
 import { type Log, silent, VigilClient } from './client.ts';
 import { DirectiveRunner, type OpencodeActions } from './directives.ts';
 import { ProgressSensor } from './events.ts';
+import { HygieneSensor, type HygieneSensorOptions } from './hygiene.ts';
 import { identityHeaders, type SessionBook, sessionInfoOf } from './identity.ts';
 
 // What each hook does, as plain methods: src/plugin.ts only maps opencode's hook names
@@ -19,6 +20,8 @@ export interface CoreOptions {
   pollMs?: number;
   /** A session counts as active this long after its last hook call (ms). */
   activeMs?: number;
+  /** Session hygiene: history lookups and bulk reads through opencode, the stats cadence. */
+  hygiene?: Pick<HygieneSensorOptions, 'hasHistory' | 'measure' | 'statsMs'>;
   now?: () => number;
   log?: Log;
 }
@@ -26,6 +29,7 @@ export interface CoreOptions {
 export class PluginCore {
   readonly book: SessionBook;
   readonly sensor: ProgressSensor;
+  readonly hygiene: HygieneSensor;
   readonly client: VigilClient;
   readonly runner: DirectiveRunner;
   readonly pluginId: string;
@@ -47,6 +51,7 @@ export class PluginCore {
     this.pluginId = o.vigil.pluginId;
     this.book = o.book;
     this.sensor = new ProgressSensor({ book: o.book, cwd: o.cwd, now: this.now });
+    this.hygiene = new HygieneSensor({ book: o.book, now: this.now, ...o.hygiene });
     this.runner = new DirectiveRunner({
       actions: o.actions,
       ack: (acks) => this.client.ack(acks),
@@ -69,6 +74,10 @@ export class PluginCore {
     if (ev) this.client.send(ev);
   }
 
+  private emitAll(evs: readonly ProgressEvent[]): void {
+    for (const ev of evs) this.client.send(ev);
+  }
+
   /** Mark a session active: its tree's directives get polled. */
   private touch(sessionID: unknown): void {
     if (typeof sessionID !== 'string') return;
@@ -85,7 +94,13 @@ export class PluginCore {
     if (!e || typeof e.type !== 'string') return;
     if (e.type === 'session.created' || e.type === 'session.updated') {
       this.book.learnSession(sessionInfoOf(e));
+      if (e.type === 'session.created') this.hygiene.busEvent(e);
       return;
+    }
+    const facts = this.hygiene.busEvent(e);
+    if (facts.length) {
+      this.touch(facts[0].session_id);
+      this.emitAll(facts);
     }
     const out = this.sensor.busEvent(e);
     if (out) {
@@ -110,7 +125,12 @@ export class PluginCore {
     this.touch(i.sessionID);
     const agent = i.agent ?? (output as { message?: { agent?: unknown } } | null)?.message?.agent;
     this.book.noteAgent(i.sessionID, agent);
-    this.emit(this.sensor.chatMessage(input, output));
+    const marker = this.sensor.chatMessage(input, output);
+    this.emit(marker);
+    // a continuation turn is reported as the marker; anything else is a prompt
+    const facts = this.hygiene.chatMessage(input, output, marker?.kind === 'continuation');
+    if (Array.isArray(facts)) this.emitAll(facts);
+    else void facts.then((f) => this.emitAll(f));
   }
 
   /** `chat.params`: a model request is about to start (also for a compaction). */
@@ -145,12 +165,19 @@ export class PluginCore {
     }
   }
 
+  /** Session hygiene: facts produced outside a hook, and the stats of resumes waiting for a first token. */
+  hygieneTick(now = this.now()): void {
+    this.emitAll(this.hygiene.drain());
+    this.emitAll(this.hygiene.due(now));
+  }
+
   /** One poll: GET /directives for each active tree (a refused session sends no more events). */
   async poll(): Promise<void> {
     if (this.polling) return;
     this.polling = true;
     try {
       const now = this.now();
+      this.hygieneTick(now);
       const roots = new Set<string>();
       for (const [id, at] of [...this.active.entries()]) {
         if (now - at > this.activeMs) this.active.delete(id);

@@ -26,6 +26,10 @@ function fakeOpencode() {
       calls.push(`lastModel ${id}`);
       return MODEL;
     },
+    fresh: async (title, brief) => {
+      calls.push(`fresh ${title}: ${brief.split('\n')[0]}`);
+      return 'ses_fresh';
+    },
   };
   return { actions, calls, finish: () => summarizeDone?.(), fail: (e: Error) => summarizeFail?.(e) };
 }
@@ -219,5 +223,21 @@ describe('DirectiveRunner', () => {
     await r.offer([null, 42, { id: 'x' }, { ...dir('toast', ROOT), type: 'reboot' }]);
     expect(oc.calls).toEqual([]);
     expect(acks).toEqual([]);
+  });
+
+  it('fresh (session hygiene): shows the brief; with auto_continue opens a fresh session with it, once', async () => {
+    const brief = 'FRESH SESSION: this session starts with none of the history of the one before it.\nWhat died: ...';
+    const toast = { title: 'Vigil: retire this session', message: 'watch number 206k', variant: 'error' as const };
+    const { r, oc, acks } = runner();
+    const shown = dir('fresh', ROOT, { report: brief, toast, auto_continue: false });
+    const opened = dir('fresh', CHILD, { report: brief, toast, auto_continue: true });
+    await r.offer([shown, opened]);
+    await r.offer([shown, opened]);
+    expect(oc.calls).toEqual([
+      `toast error Vigil: retire this session: watch number 206k\n\n${brief}`,
+      `toast error Vigil: retire this session: watch number 206k\n\n${brief}`,
+      `fresh Fresh session (Vigil): ${brief.split('\n')[0]}`,
+    ]);
+    expect(acks).toEqual([shown.id, opened.id]);
   });
 });

@@ -3,7 +3,7 @@ import type { Directive } from '../../../core/wire.ts';
 import { type Log, silent } from './client.ts';
 import type { ModelRef } from './identity.ts';
 
-// The hands: carry out what the judge decided (toast, abort, compact, lift), once per
+// The hands: carry out what the judge decided (toast, abort, compact, lift, fresh), once per
 // directive id however often it is delivered, in the order given, and acknowledge each
 // one after it is done. A compaction is done when opencode publishes
 // `session.compacted` for the session: with `auto` the summarize call itself only
@@ -19,6 +19,8 @@ export interface OpencodeActions {
   summarize(sessionID: string, model: ModelRef, auto: boolean): Promise<void>;
   /** The model of the session's last assistant message. */
   lastModel(sessionID: string): Promise<ModelRef | undefined>;
+  /** A new session, prompted with `brief` (its first message); resolves to its id. */
+  fresh(title: string, brief: string): Promise<string>;
 }
 
 export interface RunnerOptions {
@@ -39,7 +41,7 @@ export interface RunnerOptions {
   log?: Log;
 }
 
-const TYPES = new Set(['toast', 'abort', 'compact', 'lift']);
+const TYPES = new Set(['toast', 'abort', 'compact', 'lift', 'fresh']);
 const VARIANTS = new Set(['info', 'success', 'warning', 'error']);
 
 function valid(d: unknown): d is Directive {
@@ -62,6 +64,8 @@ export class DirectiveRunner {
   private readonly done = new Lru<string, true>(2000);
   private readonly attempts = new Lru<string, number>(500);
   private readonly firstSeen = new Lru<string, number>(500);
+  /** fresh directives whose toast was shown (a retried open does not toast again). */
+  private readonly toasted = new Lru<string, true>(500);
   private readonly queued = new Set<string>();
   /** Incident reports waiting for their session's compaction prompt. */
   private readonly reports = new Map<string, string>();
@@ -162,6 +166,24 @@ export class DirectiveRunner {
       case 'lift':
         // The refusal lives in the service; nothing to do here but confirm.
         return 'done';
+      case 'fresh': {
+        // Session hygiene: the session is retired or stalled on restore. Show the brief;
+        // with `auto_continue` (hygiene.auto_fresh) open the fresh session with it.
+        const brief = d.report ?? '';
+        if (!this.toasted.has(d.id)) {
+          await this.o.actions.toast({
+            title: d.toast?.title ?? 'Vigil: start a fresh session',
+            message: [d.toast?.message ?? d.reason ?? '', brief].filter(Boolean).join('\n\n').slice(0, 4_000),
+            variant: d.toast && VARIANTS.has(d.toast.variant) ? d.toast.variant : 'warning',
+          });
+          this.toasted.set(d.id, true);
+        }
+        if (d.auto_continue === true && brief) {
+          const id = await this.o.actions.fresh('Fresh session (Vigil)', brief);
+          this.log('debug', 'fresh session opened', { from: d.session_id, session: id });
+        }
+        return 'done';
+      }
     }
     return 'done';
   }

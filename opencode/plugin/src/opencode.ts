@@ -1,4 +1,5 @@
 import type { PluginInput } from '@opencode-ai/plugin';
+import { type SessionBulk, sessionBulk } from '../../convert.ts';
 import type { OpencodeActions } from './directives.ts';
 import type { ModelRef, SessionLookup } from './identity.ts';
 
@@ -55,6 +56,22 @@ export function opencodeActions(client: Client): OpencodeActions {
         'summarize',
       );
     },
+    async fresh(title, brief) {
+      const s = check(
+        await client.session.create({ body: { title }, signal: AbortSignal.timeout(CALL_MS) }),
+        'session.create',
+      ) as { id?: unknown } | undefined;
+      if (typeof s?.id !== 'string') throw new Error('session.create answered no id');
+      check(
+        await client.session.promptAsync({
+          path: { id: s.id },
+          body: { parts: [{ type: 'text', text: brief }] },
+          signal: AbortSignal.timeout(CALL_MS),
+        }),
+        'prompt_async',
+      );
+      return s.id;
+    },
     async lastModel(id) {
       const r = await client.session.messages({
         path: { id },
@@ -78,4 +95,33 @@ export function opencodeActions(client: Client): OpencodeActions {
 /** The parent lookup for chat.headers: `GET /session/{id}` (its info has parentID). */
 export function sessionLookup(client: Client): SessionLookup {
   return async (id, signal) => check(await client.session.get({ path: { id }, signal }), 'session.get');
+}
+
+/** Bounds of the one read of a resumed session's stored messages (it may be many MB). */
+const MEASURE_MS = 15_000;
+
+/**
+ * Whether a session this process never saw has history: its newest messages (the
+ * prompt being created may already be among them) include another one.
+ */
+export function historyLookup(client: Client) {
+  return async (id: string, messageID: string | undefined): Promise<boolean | undefined> => {
+    const r = await client.session.messages({
+      path: { id },
+      query: { limit: 2 },
+      signal: AbortSignal.timeout(CALL_MS),
+    });
+    const list = check(r, 'messages') as { info?: { id?: unknown } }[] | undefined;
+    if (!Array.isArray(list)) return undefined;
+    return list.some((m) => m.info?.id !== messageID);
+  };
+}
+
+/** A resumed session's bulk: one read of its stored messages, measured (counts and sizes), nothing kept. */
+export function bulkMeasure(client: Client) {
+  return async (id: string): Promise<SessionBulk | undefined> => {
+    const r = await client.session.messages({ path: { id }, signal: AbortSignal.timeout(MEASURE_MS) });
+    const list = check(r, 'messages');
+    return Array.isArray(list) ? sessionBulk(list) : undefined;
+  };
 }

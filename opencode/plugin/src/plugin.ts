@@ -3,7 +3,7 @@ import type { Hooks, Plugin, PluginInput } from '@opencode-ai/plugin';
 import type { Log } from './client.ts';
 import { PluginCore } from './core.ts';
 import { SessionBook } from './identity.ts';
-import { opencodeActions, sessionLookup } from './opencode.ts';
+import { bulkMeasure, historyLookup, opencodeActions, sessionLookup } from './opencode.ts';
 import { PLUGIN_ID } from './version.ts';
 
 // The hook shell: opencode 1.18 loads this file from a plugin directory and calls every
@@ -13,7 +13,8 @@ import { PLUGIN_ID } from './version.ts';
 //
 // Env: VIGIL_URL (default http://127.0.0.1:7411), VIGIL_INGEST_TOKEN (the service's ingestion token), VIGIL_PLUGIN_LOG (a file for debug
 // lines; off by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll,
-// default 3000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
+// default 3000), VIGIL_STATS_MS (session_stats of a resume waiting for its first
+// token, default 10000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
 
 function fileLog(path: string | undefined): Log | undefined {
   if (!path) return undefined;
@@ -28,6 +29,7 @@ function fileLog(path: string | undefined): Log | undefined {
 
 function createCore(ctx: PluginInput, env: Record<string, string | undefined>): PluginCore {
   const poll = Number(env.VIGIL_POLL_MS);
+  const stats = Number(env.VIGIL_STATS_MS);
   return new PluginCore({
     book: new SessionBook({ lookup: sessionLookup(ctx.client) }),
     actions: opencodeActions(ctx.client),
@@ -38,6 +40,11 @@ function createCore(ctx: PluginInput, env: Record<string, string | undefined>): 
     },
     cwd: ctx.directory,
     pollMs: Number.isFinite(poll) && poll >= 250 ? poll : 3_000,
+    hygiene: {
+      hasHistory: historyLookup(ctx.client),
+      measure: bulkMeasure(ctx.client),
+      statsMs: Number.isFinite(stats) && stats >= 250 ? stats : 10_000,
+    },
     log: fileLog(env.VIGIL_PLUGIN_LOG),
   });
 }
