@@ -265,10 +265,27 @@ export class ConfigError extends AppError {
   }
 }
 
-/** default.yaml, the overlay file and the overlay object, merged, not yet validated. */
-export function readRawConfig(opts: Omit<LoadOptions, 'registry'>): { raw: unknown; file?: string } {
+/** The top-level sections a registry's schema knows (core sections, extra sections, detectors' sections). */
+export function knownSections(registry: Registry): Set<string> {
+  return new Set(Object.keys(rootSchema(registry).shape));
+}
+
+/**
+ * default.yaml, the overlay file and the overlay object, merged, not yet validated.
+ * With a registry, the defaults file's sections that nothing registered knows are left
+ * out (a detector removed from the built-in list takes its section with it); the
+ * operator's file and overlay stay strict.
+ */
+export function readRawConfig(opts: Omit<LoadOptions, 'registry'> & { registry?: Registry }): {
+  raw: unknown;
+  file?: string;
+} {
   const env = opts.env ?? process.env;
   let raw: unknown = opts.noDefaults ? {} : readYaml(DEFAULT_CONFIG_PATH, 'default config');
+  if (opts.registry && raw && typeof raw === 'object') {
+    const known = knownSections(opts.registry);
+    raw = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([k]) => known.has(k)));
+  }
   const file = opts.file ?? env.VIGIL_CONFIG;
   if (file) raw = mergeConfig(raw, readYaml(file, 'config'));
   if (opts.overlay !== undefined) raw = mergeConfig(raw, opts.overlay);
@@ -293,7 +310,8 @@ const PluginList = z.array(z.string().min(1).max(1024)).max(100);
  * validated too.
  */
 export async function loadConfigWithPlugins(opts: LoadOptions): Promise<Readonly<VigilConfig>> {
-  const { raw, file } = readRawConfig(opts);
+  const { raw: first, file } = readRawConfig({ ...opts, registry: undefined, noDefaults: true });
+  const raw = first;
   const specs = (raw as { plugins?: unknown } | null)?.plugins;
   if (specs !== undefined) {
     const r = PluginList.safeParse(specs);
@@ -308,7 +326,8 @@ export async function loadConfigWithPlugins(opts: LoadOptions): Promise<Readonly
       throw e;
     }
   }
-  return validateConfig(opts.registry, raw, opts.env ?? process.env);
+  // With the plugins registered, the defaults file can be read for what exists now.
+  return validateConfig(opts.registry, readRawConfig(opts).raw, opts.env ?? process.env);
 }
 
 export function validateConfig(registry: Registry, raw: unknown, env: NodeJS.ProcessEnv = process.env): VigilConfig {

@@ -102,6 +102,19 @@ export interface Transition {
   act?: boolean;
   /** Short alert title; by default `<to>: <agent> (<session>)`. */
   title?: string;
+  /**
+   * Actions for the opencode plugin on a session subject (abort, a fresh session), queued
+   * for the subject's tree after the mode's own. The detector decides them (it may ask
+   * `ModeInfo.acts()`); the kernel queues and serves them like any directive.
+   */
+  directives?: DirectiveSpec[];
+}
+
+/** Which response mode is configured, for detectors whose behaviour depends on it (TOKENS.ModeInfo). */
+export interface ModeInfo {
+  type(): string;
+  /** Whether the mode acts (refuses, aborts, compacts); `warn` only warns. */
+  acts(): boolean;
 }
 
 /** A detector's verdict on one session for the Sessions readout. */
@@ -123,6 +136,8 @@ export interface GateContext {
   session: SessionInfo;
   /** The configured response mode (detectors that refuse only do so in an acting mode). */
   mode: string;
+  /** Whether that mode acts (anything but a warning-only mode). */
+  acting: boolean;
   now: number;
 }
 
@@ -266,6 +281,8 @@ export interface Decision {
 /** A mode instance: built by its plugin from its options. Pure: no I/O, no clock. */
 export interface Mode {
   readonly type: string;
+  /** Whether it acts on a loop (refuse, abort, compact, cap); false for a warning-only mode. */
+  readonly acts: boolean;
   decide(tree: TreeState, ev: ModeEvent, now: number): Decision;
   /** Its part of the gate's answer for a conversation of this tree. */
   gate(tree: TreeState, session: string, now: number): GateVote | undefined;

@@ -267,6 +267,7 @@ export class Engine {
         ...(t.title ? { title: t.title } : {}),
       });
       await handled;
+      if (t.directives?.length) await this.directives.push(root, t.directives, this.clock.now());
       this.emit('transition', { session: id, detector: t.detector, from: t.from, to: t.to, source: t.source, root });
       return;
     }
@@ -363,7 +364,7 @@ export class Engine {
     if (mv) votes.push(mv);
     for (const x of this.on.gate) {
       if (!x.enabled()) continue;
-      const v = await x.detector.gate!({ query: q, session: s, mode: mode.type, now });
+      const v = await x.detector.gate!({ query: q, session: s, mode: mode.type, acting: mode.acts, now });
       if (v) votes.push(v);
     }
     const answer = combine(votes);

@@ -17,6 +17,8 @@ export const TOKENS = {
   Emit: Symbol('Emit'),
   /** The instance's event bus (node:events): transition, tree, delivery, knobs, channel, heartbeat. */
   Events: Symbol('Events'),
+  /** The configured response mode, live (ModeInfo in core/contracts.ts). */
+  ModeInfo: Symbol('ModeInfo'),
   /** Metrics (core/metrics.ts). */
   Metrics: Symbol('Metrics'),
   /** The live knobs (core/knobs.ts). */

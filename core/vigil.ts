@@ -4,7 +4,7 @@ import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import type { z } from 'zod';
 import { type Clock, systemClock } from './clock.ts';
 import { type ChannelEntry, ConfigError, formatIssues, loadConfigWithPlugins, type VigilConfig } from './config.ts';
-import type { Channel, Detector, Mode, Origin, Transition } from './contracts.ts';
+import type { Channel, Detector, Mode, ModeInfo, Origin, Transition } from './contracts.ts';
 import { type Driven, Engine } from './engine.ts';
 import { AppError } from './errors.ts';
 import { Knobs } from './knobs.ts';
@@ -167,6 +167,9 @@ export class Vigil {
     this.deliverer.onGone = (name, reason) => this.notifier.channelGone(name, reason);
     c.register(TOKENS.Notifier, { useValue: this.notifier });
 
+    c.register(TOKENS.ModeInfo, {
+      useValue: { type: () => this.mode().type, acts: () => this.mode().acts } satisfies ModeInfo,
+    });
     // Detectors report transitions outside an input (a timer, a gate check) through Emit.
     let engine: Engine | undefined;
     c.register(TOKENS.Emit, {

@@ -389,6 +389,8 @@ export const DirectiveSpecSchema = z.strictObject({
   report: z.string().max(16_384).optional(),
   /** compact: continue the session after the compaction. */
   auto_continue: z.boolean().optional(),
+  /** fresh: open the fresh session with the brief (`report`) instead of only showing it. */
+  open_session: z.boolean().optional(),
   reason: z.string().max(300).optional(),
 });
 export type DirectiveSpec = z.output<typeof DirectiveSpecSchema>;

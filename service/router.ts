@@ -97,39 +97,99 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
   // routers record through vigil.requests() themselves.
   app.addHook('onSend', async (req: FastifyRequest, reply: FastifyReply, payload: unknown) => {
     const g = req.vigilGate;
-    if (!g || g.answer.action === 'refuse' || reply.statusCode >= 400) return payload;
+    // Our own refusal is not a model call.
+    if (!g || g.answer.action === 'refuse') return payload;
     const text =
       typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined;
     if (text?.[0] !== '{') return payload;
-    let parsed: { id?: unknown; model?: unknown; usage?: Record<string, unknown> };
+    let parsed: Upstream;
     try {
       parsed = JSON.parse(text);
     } catch {
       return payload;
     }
-    const u = parsed.usage;
-    if (!u || typeof u.prompt_tokens !== 'number') return payload;
-    const model =
-      typeof parsed.model === 'string' && ID.test(parsed.model) ? parsed.model : (g.query.model ?? 'unknown');
-    const cached = (u.prompt_tokens_details as { cached_tokens?: unknown } | undefined)?.cached_tokens;
-    const cost = typeof u.cost === 'number' ? u.cost : o.costOf?.(model, u);
-    const rec: RequestRecord = {
-      session_id: g.query.conversation,
-      ...(g.query.parent ? { parent_session_id: g.query.parent } : {}),
-      ...(g.query.agent ? { agent: g.query.agent } : {}),
-      request_id: typeof parsed.id === 'string' && ID.test(parsed.id) ? parsed.id : randomUUID(),
-      model,
-      prompt_tokens: Math.max(0, Math.floor(u.prompt_tokens)),
-      ...(typeof cached === 'number' ? { cached_tokens: Math.max(0, Math.floor(cached)) } : {}),
-      ...(cost !== undefined ? { cost_usd: cost } : {}),
-      ts: Date.now(),
-    };
+    const rec = recordOf(parsed, reply.statusCode, g.query, req.body, o.costOf);
     // Recording never blocks or fails the response.
-    void o.vigil.engine
-      .requests([rec])
-      .catch((err) => req.log.warn({ err: (err as Error).message }, 'vigil: recording usage failed'));
+    if (rec) {
+      void o.vigil.engine
+        .requests([rec])
+        .catch((err) => req.log.warn({ err: (err as Error).message }, 'vigil: recording usage failed'));
+    }
     return payload;
   });
+}
+
+/** The parts of an OpenAI-compatible answer the record needs (never the message text). */
+interface Upstream {
+  id?: unknown;
+  model?: unknown;
+  usage?: Record<string, unknown>;
+  choices?: { finish_reason?: unknown; message?: { content?: unknown; tool_calls?: unknown } }[];
+  error?: { code?: unknown; type?: unknown };
+}
+
+const CODE = /^[A-Za-z0-9_.:/-]{1,64}$/;
+const code = (v: unknown) =>
+  typeof v === 'string' && CODE.test(v) ? v : typeof v === 'number' ? String(v) : undefined;
+
+/**
+ * The request record of one answered model call: usage, and what session hygiene reads
+ * (completion tokens, finish reason, whether anything visible came back; on a terminal
+ * error its status and bounded code and type, with the prompt size estimated from the
+ * request). Sizes, counts and codes only: no content is read into it.
+ */
+export function recordOf(
+  p: Upstream,
+  status: number,
+  q: GateQuery,
+  body: unknown,
+  costOf?: VigilGateOptions['costOf'],
+): RequestRecord | undefined {
+  const model = typeof p.model === 'string' && ID.test(p.model) ? p.model : (q.model ?? 'unknown');
+  const base = {
+    session_id: q.conversation,
+    ...(q.parent ? { parent_session_id: q.parent } : {}),
+    ...(q.agent ? { agent: q.agent } : {}),
+    request_id: typeof p.id === 'string' && ID.test(p.id) ? p.id : randomUUID(),
+    model,
+    ts: Date.now(),
+  };
+  if (status >= 400) {
+    const errCode = code(p.error?.code);
+    const errType = code(p.error?.type);
+    return {
+      ...base,
+      prompt_tokens: estimateTokens(body),
+      status: Math.min(599, Math.max(100, status)),
+      ...(errCode ? { error_code: errCode } : {}),
+      ...(errType ? { error_type: errType } : {}),
+    };
+  }
+  const u = p.usage;
+  if (!u || typeof u.prompt_tokens !== 'number') return undefined;
+  const cached = (u.prompt_tokens_details as { cached_tokens?: unknown } | undefined)?.cached_tokens;
+  const cost = typeof u.cost === 'number' ? u.cost : costOf?.(model, u);
+  const choice = p.choices?.[0];
+  const content = choice?.message?.content;
+  const tools = choice?.message?.tool_calls;
+  const finish = code(choice?.finish_reason);
+  return {
+    ...base,
+    prompt_tokens: Math.max(0, Math.floor(u.prompt_tokens)),
+    ...(typeof cached === 'number' ? { cached_tokens: Math.max(0, Math.floor(cached)) } : {}),
+    ...(typeof u.completion_tokens === 'number'
+      ? { completion_tokens: Math.max(0, Math.floor(u.completion_tokens)) }
+      : {}),
+    ...(cost !== undefined ? { cost_usd: cost } : {}),
+    ...(finish ? { finish_reason: finish } : {}),
+    status,
+    ...(choice
+      ? {
+          visible_output:
+            (typeof content === 'string' && content.trim() !== '') || (Array.isArray(tools) && tools.length > 0),
+        }
+      : {}),
+  };
 }
 
 /**

@@ -38,7 +38,8 @@ async function pair(mode = 'warn', hygiene: Record<string, unknown> = {}) {
       prefix,
       registry: createRegistry().register(recordingPlugin(rec)),
       channels: [{ name: 'rec', type: 'recording', min_severity: 'info', quiet_window: 0 }],
-      overlay: { modes: { mode }, hygiene },
+      // The post-mortem's timeline is replayed at its own dates.
+      overlay: { modes: { mode }, hygiene, server: { max_event_age: '3650d' } },
     });
     const app = await buildServer(v);
     open.push({ v, app });

@@ -31,7 +31,12 @@ async function service(o: { mode?: string; hygiene?: Record<string, unknown> } =
     backend: 'memory',
     registry: createRegistry().register(recordingPlugin(rec)),
     channels: [{ name: 'rec', type: 'recording', min_severity: 'info', quiet_window: 0 }],
-    overlay: { modes: { mode: o.mode ?? 'warn' }, ...(o.hygiene ? { hygiene: o.hygiene } : {}) },
+    // The post-mortem's timeline is replayed at its own dates: let old event times in.
+    overlay: {
+      modes: { mode: o.mode ?? 'warn' },
+      server: { max_event_age: '3650d' },
+      ...(o.hygiene ? { hygiene: o.hygiene } : {}),
+    },
   });
   const app = await buildServer(v);
   running.push({ v, close: () => app.close() });
@@ -97,7 +102,7 @@ describe('thread B replayed through POST /progress and POST /requests', () => {
     const ds = (await app.inject({ method: 'GET', url: `/directives?session=${sid}` })).json().directives;
     const fresh = ds.filter((d: any) => d.type === 'fresh');
     expect(fresh).toHaveLength(1);
-    expect(fresh[0]).toMatchObject({ session_id: sid, auto_continue: false });
+    expect(fresh[0]).toMatchObject({ session_id: sid, open_session: false });
     expect(fresh[0].report).toContain(`What died: session ${sid}.`);
     expect(ds.some((d: any) => d.type === 'abort')).toBe(false);
     // the incident is one per conversation
@@ -233,9 +238,9 @@ describe('the restore stall, on the engine tick', () => {
     await eventually(() => hygieneAlerts(rec, sid).length === 1);
     expect(hygieneAlerts(rec, sid)).toEqual([['trigger', 'critical']]);
     const ds = (await app.inject({ method: 'GET', url: `/directives?session=${sid}` })).json().directives;
-    // ours (abort the resume, the brief) and the mode's own toast of the new verdict
-    expect(ds.map((d: any) => d.type)).toEqual(['abort', 'fresh', 'toast']);
-    expect(ds[1].report).toContain('FRESH SESSION');
+    // the mode's own toast of the new verdict, then ours (abort the resume, the brief)
+    expect(ds.map((d: any) => d.type)).toEqual(['toast', 'abort', 'fresh']);
+    expect(ds[2].report).toContain('FRESH SESSION');
   });
 
   it('a resumed session whose model answers raises nothing', async () => {

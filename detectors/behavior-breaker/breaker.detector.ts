@@ -145,7 +145,8 @@ export class BehaviorBreaker implements Detector {
    * candidates), and each model that gained this session as evidence is judged.
    */
   async onTransition(t: Transition): Promise<readonly Transition[]> {
-    if (t.subject.kind !== 'session' || t.to === 'ok') return NONE;
+    // Info-level notes (a detector's secondary tells) are not stalls.
+    if (t.subject.kind !== 'session' || t.to === 'ok' || t.severity === 'info') return NONE;
     const session = t.subject.id;
     const models = (await this.tree.meta(session))?.models ?? [];
     const k = this.knobs();

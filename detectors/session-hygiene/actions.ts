@@ -14,14 +14,10 @@ import type { HygieneOptions } from './options.ts';
 //   flight may finish; the next one goes to a fresh session).
 // Warnings (finish_question) get the mode's own toast like every verdict.
 //
-// `fresh` carries the brief in `report`, and `auto_continue: true` when the plugin should
-// open the fresh session itself: "continue in a fresh session", the closest meaning the
-// directive schema has for it.
+// `fresh` carries the brief in `report`, and `open_session: true` when the plugin should
+// open the fresh session itself (hygiene.auto_fresh).
 
-/** Modes that act; `warn` only warns. */
-export const isActing = (mode: string): boolean => mode !== 'warn';
-
-export function directivesFor(c: HygieneChange, mode: string, k: HygieneOptions): DirectiveSpec[] {
+export function directivesFor(c: HygieneChange, acting: boolean, k: HygieneOptions): DirectiveSpec[] {
   const reason = c.reason.slice(0, 300);
   const abort: DirectiveSpec = { type: 'abort', session_id: c.session_id, reason };
   const fresh = (): DirectiveSpec => ({
@@ -33,14 +29,14 @@ export function directivesFor(c: HygieneChange, mode: string, k: HygieneOptions)
       variant: c.to === 'critical' ? 'error' : 'warning',
     },
     ...(c.brief ? { report: c.brief.slice(0, 16_384) } : {}),
-    auto_continue: k.auto_fresh,
+    open_session: k.auto_fresh,
     reason,
   });
   switch (c.action) {
     case 'abort_dispatch':
-      return isActing(mode) ? [abort] : [];
+      return acting ? [abort] : [];
     case 'abort_and_fresh':
-      return isActing(mode) ? [abort, fresh()] : [fresh()];
+      return acting ? [abort, fresh()] : [fresh()];
     case 'retire':
       return [fresh()];
     default:

@@ -25,7 +25,7 @@ function detector(o: Partial<HygieneOptions> = {}, mode = 'warn') {
     clock: systemClock,
     tree: { rootOf: async (id) => id },
     logger: silentLogger(),
-    mode: () => mode,
+    mode: { type: () => mode, acts: () => mode !== 'warn' },
     knobs: () => k,
   });
   return { d, store };
@@ -59,7 +59,7 @@ describe('the mapping onto the kernel', () => {
 
   it('directives: abort only in an acting mode; fresh carries the brief and auto_fresh', () => {
     const k = defaultHygieneOptions();
-    const types = (c: HygieneChange, mode: string, kk = k) => directivesFor(c, mode, kk).map((d) => d.type);
+    const types = (c: HygieneChange, mode: string, kk = k) => directivesFor(c, mode !== 'warn', kk).map((d) => d.type);
     expect(types(change({}), 'warn')).toEqual(['fresh']);
     expect(types(change({}), 'auto_recover')).toEqual(['abort', 'fresh']);
     const empty = change({ rule: 'empty_generation', action: 'abort_dispatch', brief: undefined });
@@ -69,8 +69,8 @@ describe('the mapping onto the kernel', () => {
     expect(types(retire, 'auto_recover')).toEqual(['fresh']);
     const warn = change({ to: 'warning', rule: 'watch_number', action: 'finish_question', brief: undefined });
     expect(types(warn, 'auto_recover')).toEqual([]);
-    const fresh = directivesFor(retire, 'warn', { ...k, auto_fresh: true })[0];
-    expect(fresh).toMatchObject({ type: 'fresh', report: 'FRESH SESSION: ...', auto_continue: true });
+    const fresh = directivesFor(retire, false, { ...k, auto_fresh: true })[0];
+    expect(fresh).toMatchObject({ type: 'fresh', report: 'FRESH SESSION: ...', open_session: true });
   });
 });
 
@@ -139,7 +139,7 @@ describe('the detector shell (memory backend)', () => {
     expect((await d.sessions()).sort()).toEqual(['s1', 's3', 's4']);
   });
 
-  it('queues its directives in the tree queue the engine reads (the kernel key)', async () => {
+  it('attaches its directives to the transition, for the kernel to queue for the tree', async () => {
     const { d, store } = detector({}, 'auto_recover');
     const at = Date.now();
     const feed = (i: ReturnType<typeof call>) =>
@@ -149,7 +149,8 @@ describe('the detector shell (memory backend)', () => {
     expect(t.map((x) => [x.to, x.rule, x.severity, x.act, x.dedup_key])).toEqual([
       ['looping', 'empty_generation', 'critical', false, 'session-hygiene:ses_a'],
     ]);
-    const queued = (await store.get<Directive[]>(keys.directives('ses_a'))) ?? [];
-    expect(queued.map((x) => [x.type, x.session_id, x.root_id])).toEqual([['abort', 'ses_a', 'ses_a']]);
+    expect(t[0].directives?.map((x) => [x.type, x.session_id])).toEqual([['abort', 'ses_a']]);
+    // The detector writes no queue itself.
+    expect(await store.get<Directive[]>(keys.directives('ses_a'))).toBeUndefined();
   });
 });

@@ -4,17 +4,17 @@ import type {
   Detector,
   GateContext,
   GateVote,
+  ModeInfo,
   Panel,
   PluginRoute,
   SessionInfo,
   SessionReadout,
   Transition,
 } from '../../core/contracts.ts';
-import { DirectiveQueue } from '../../core/directives.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import type { AssistantEvent, DirectiveSpec, ProgressEvent, RequestRecord, VerdictLevel } from '../../core/wire.ts';
+import type { AssistantEvent, ProgressEvent, RequestRecord, VerdictLevel } from '../../core/wire.ts';
 import { directivesFor } from './actions.ts';
 import { R_EMPTY } from './judge/state.ts';
 import {
@@ -46,12 +46,8 @@ import { bookOf, type HygieneRepo, LiveRepo, StoreRepo } from './repo.ts';
 // a session that is dying of bulk (compaction does not save it; a fresh session does).
 // One incident per conversation: dedup_key `session-hygiene:<session>`.
 //
-// The plugin's part (abort the dispatch, show the brief, open a fresh session) goes
-// into the tree's directive queue. The kernel queues directives only from modes, and the
-// engine is not in the container; the queue itself is the store's (core/directives.ts,
-// keyed by the tree's root), so this detector writes the same queue the engine reads,
-// answers on POST /progress and GET /directives, and acknowledges through POST
-// /directives/ack. See docs/session-hygiene.md, "Wiring".
+// The plugin's part (abort the dispatch, show the brief, open a fresh session) rides on
+// the transition (`directives`): the kernel queues it for the tree like a mode's.
 
 export const TYPE = 'session-hygiene';
 const NONE: readonly Transition[] = Object.freeze([]);
@@ -73,8 +69,8 @@ export interface HygieneDeps {
   clock: Clock;
   tree: Pick<SessionTree, 'rootOf'>;
   logger: Logger;
-  /** The configured response mode (`modes.mode`), live. */
-  mode: () => string;
+  /** The configured response mode, live: hygiene aborts and refuses only when it acts. */
+  mode: ModeInfo;
   knobs: () => HygieneOptions;
 }
 
@@ -83,14 +79,12 @@ export class SessionHygieneDetector implements Detector {
   private readonly repo: HygieneRepo;
   /** Set on the memory backend: its synchronous path skips an await per input. */
   private readonly live: LiveRepo | undefined;
-  private readonly directives: DirectiveQueue;
   private readonly knobs: () => HygieneOptions;
 
   constructor(private readonly d: HygieneDeps) {
     this.knobs = d.knobs;
     this.live = d.store.backend === 'memory' ? new LiveRepo(d.knobs) : undefined;
     this.repo = this.live ?? new StoreRepo(d.store, d.knobs);
-    this.directives = new DirectiveQueue(d.store);
   }
 
   // -------------------------------------------------------------------------
@@ -168,23 +162,15 @@ export class SessionHygieneDetector implements Detector {
   // -------------------------------------------------------------------------
   // changes -> transitions and directives
 
-  private async emit(changes: readonly HygieneChange[], root: string, k: HygieneOptions): Promise<Transition[]> {
+  private async emit(changes: readonly HygieneChange[], _root: string, k: HygieneOptions): Promise<Transition[]> {
     const out: Transition[] = [];
-    const mode = this.d.mode();
-    const specs: DirectiveSpec[] = [];
+    const acting = this.d.mode.acts();
     for (const c of changes) {
-      specs.push(...directivesFor(c, mode, k));
+      const specs = directivesFor(c, acting, k);
       const from = kernelLevel(c.from, k);
       const to = kernelLevel(c.to, k);
-      if (from === 'ok' && to === 'ok') continue; // info tells without info_alerts
-      out.push(await this.transition(c, from, to, k));
-    }
-    if (specs.length) {
-      await this.directives.push(root, specs, this.d.clock.now());
-      this.d.logger.info(
-        { session: changes[0].session_id, directives: specs.map((x) => x.type) },
-        'session-hygiene queued directives',
-      );
+      if (from === 'ok' && to === 'ok') continue; // info tells without info_alerts (they ask for no action)
+      out.push({ ...(await this.transition(c, from, to, k)), ...(specs.length ? { directives: specs } : {}) });
     }
     return out;
   }
@@ -233,7 +219,7 @@ export class SessionHygieneDetector implements Detector {
    * until a new prompt starts a turn. In warn mode the alarm only alerts.
    */
   async gate(g: GateContext): Promise<GateVote | undefined> {
-    if (g.mode === 'warn') return undefined;
+    if (!g.acting) return undefined;
     const st = this.live ? this.live.peek(g.query.conversation) : await this.repo.get(g.query.conversation);
     const f = st?.findings[R_EMPTY];
     if (!st || !f || st.turn === null || st.turn.empty === 0) return undefined;

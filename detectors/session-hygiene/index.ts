@@ -1,6 +1,5 @@
 import type { Clock } from '../../core/clock.ts';
-import type { DetectorPlugin } from '../../core/contracts.ts';
-import type { Knobs } from '../../core/knobs.ts';
+import type { DetectorPlugin, ModeInfo } from '../../core/contracts.ts';
 import type { Logger } from '../../core/logger.ts';
 import { definePlugin } from '../../core/registry.ts';
 import type { Store } from '../../core/store/store.ts';
@@ -16,14 +15,12 @@ export const sessionHygienePlugin = definePlugin<DetectorPlugin<HygieneOptions>>
   section: 'hygiene',
   options: HygieneOptionsSchema,
   create: (c, knobs) => {
-    const live = c.resolve<Knobs>(TOKENS.Knobs);
     return new SessionHygieneDetector({
       store: c.resolve<Store>(TOKENS.Store),
       clock: c.resolve<Clock>(TOKENS.Clock),
       tree: c.resolve<SessionTree>(TOKENS.Tree),
       logger: c.resolve<Logger>(TOKENS.Logger),
-      // The kernel's `modes.mode`: whether the configured response acts.
-      mode: () => String(live.get<{ mode?: unknown }>('modes')?.mode ?? 'warn'),
+      mode: c.resolve<ModeInfo>(TOKENS.ModeInfo),
       knobs,
     });
   },

@@ -13,6 +13,7 @@ export type AutoCompactOptions = z.output<typeof AutoCompactOptionsSchema>;
 export function autoCompactMode(o: AutoCompactOptions): Mode {
   return {
     type: 'auto_compact',
+    acts: true,
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
       if (startsActing(ev)) {

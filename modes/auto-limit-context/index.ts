@@ -38,6 +38,7 @@ export function applyCap(t: TreeState, scope: string, o: AutoLimitContextOptions
 export function autoLimitContextMode(o: AutoLimitContextOptions): Mode {
   return {
     type: 'auto_limit_context',
+    acts: true,
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
       if (ev.type === 'resume') return settle({ ...d, tree: { ...d.tree, limits: {} } }, `resumed by ${ev.by}`);

@@ -31,6 +31,7 @@ export type AutoRecoverOptions = z.output<typeof AutoRecoverOptionsSchema>;
 export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOptions): Mode {
   return {
     type: 'auto_recover',
+    acts: true,
     decide(tree, ev, now): Decision {
       const d = warnDecision(tree, ev, now, 'warning');
       const t: TreeState = {

@@ -13,6 +13,7 @@ export type WarnOptions = z.output<typeof WarnOptionsSchema>;
 export function warnMode(o: WarnOptions): Mode {
   return {
     type: 'warn',
+    acts: false,
     decide: (tree, ev, now) => warnDecision(tree, ev, now, o.looping_severity),
     // Nothing is refused in warn mode, but a tree stopped under another mode stays stopped.
     gate: (tree, session, now) => treeGate(tree, session, now),

@@ -225,12 +225,12 @@ describe('DirectiveRunner', () => {
     expect(acks).toEqual([]);
   });
 
-  it('fresh (session hygiene): shows the brief; with auto_continue opens a fresh session with it, once', async () => {
+  it('fresh (session hygiene): shows the brief; with open_session opens a fresh session with it, once', async () => {
     const brief = 'FRESH SESSION: this session starts with none of the history of the one before it.\nWhat died: ...';
     const toast = { title: 'Vigil: retire this session', message: 'watch number 206k', variant: 'error' as const };
     const { r, oc, acks } = runner();
-    const shown = dir('fresh', ROOT, { report: brief, toast, auto_continue: false });
-    const opened = dir('fresh', CHILD, { report: brief, toast, auto_continue: true });
+    const shown = dir('fresh', ROOT, { report: brief, toast, open_session: false });
+    const opened = dir('fresh', CHILD, { report: brief, toast, open_session: true });
     await r.offer([shown, opened]);
     await r.offer([shown, opened]);
     expect(oc.calls).toEqual([

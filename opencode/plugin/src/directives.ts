@@ -168,7 +168,7 @@ export class DirectiveRunner {
         return 'done';
       case 'fresh': {
         // Session hygiene: the session is retired or stalled on restore. Show the brief;
-        // with `auto_continue` (hygiene.auto_fresh) open the fresh session with it.
+        // with `open_session` (hygiene.auto_fresh) open the fresh session with it.
         const brief = d.report ?? '';
         if (!this.toasted.has(d.id)) {
           await this.o.actions.toast({
@@ -178,7 +178,7 @@ export class DirectiveRunner {
           });
           this.toasted.set(d.id, true);
         }
-        if (d.auto_continue === true && brief) {
+        if (d.open_session === true && brief) {
           const id = await this.o.actions.fresh('Fresh session (Vigil)', brief);
           this.log('debug', 'fresh session opened', { from: d.session_id, session: id });
         }
