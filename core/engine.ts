@@ -18,6 +18,7 @@ import {
 import { DirectiveQueue } from './directives.ts';
 import { AppError } from './errors.ts';
 import type { Logger } from './logger.ts';
+import { Lru } from './lru.ts';
 import type { Metrics } from './metrics.ts';
 import type { Notifier } from './notifier/notifier.ts';
 import { keys, TTL } from './store/keys.ts';
@@ -70,6 +71,10 @@ const NONE: readonly Transition[] = Object.freeze([]);
 const MAX_CASCADE = 1_000;
 
 const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then?: unknown })?.then === 'function';
+/** Inputs remembered per process, so a client's retry of a batch is not judged twice. */
+const SEEN_INPUTS = 200_000;
+/** Consequences waiting for the store to come back, at most (the oldest give way, logged). */
+const MAX_PENDING = 10_000;
 
 /**
  * The data flow: input -> every enabled detector -> on a CHANGE of verdict only: the
@@ -80,6 +85,14 @@ const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then
  */
 export class Engine {
   readonly directives: DirectiveQueue;
+  /** Recent input ids (call_id, request_id): a retried batch is not judged twice by this process. */
+  private readonly seen = new Lru<string, true>(SEEN_INPUTS);
+  /**
+   * Consequences whose store write failed after the verdict was already decided (the
+   * store went away mid-request): retried in order on the tick, so the transition is
+   * not lost when the client's retry finds no change left to make.
+   */
+  private readonly pending: { what: string; run: () => Promise<void> }[] = [];
   private readonly on: {
     progress: Driven[];
     request: Driven[];
@@ -120,6 +133,7 @@ export class Engine {
   async progress(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
     let all = NONE;
     for (const ev of events) {
+      if (this.seenBefore(ev.session_id, ev.call_id)) continue;
       this.metrics.event(ev.kind);
       const t0 = performance.now();
       let s = this.tree.enter({
@@ -138,6 +152,8 @@ export class Engine {
         if (r.length) out = out === NONE ? [...r] : [...out, ...r];
       }
       this.metrics.judged(t0);
+      // Judged and written: a retry of it from here on is a repeat (its consequences, if they failed, are kept).
+      this.remember(ev.session_id, ev.call_id);
       if (ev.kind === 'compaction_done') {
         await this.modeEvent(s.root, { type: 'compaction_done', session_id: ev.session_id, root_id: s.root });
       }
@@ -153,9 +169,62 @@ export class Engine {
     this.events.emit(name, payload);
   }
 
+  /**
+   * Whether this input was judged already (a client retrying after an error it got
+   * late). Inputs without an id are always judged. The id is remembered only here, in
+   * this process: a retry to another instance is judged again.
+   */
+  private seenBefore(session: string, id: string | undefined): boolean {
+    return id !== undefined && this.seen.peek(`${session}\n${id}`) === true;
+  }
+
+  private remember(session: string, id: string | undefined): void {
+    if (id !== undefined) this.seen.set(`${session}\n${id}`, true);
+  }
+
+  /**
+   * Runs a consequence; if the store fails it is kept to run again on the tick (in
+   * order) and the error goes on to the caller, whose client retries.
+   */
+  private async effect(what: string, run: () => Promise<void>): Promise<void> {
+    try {
+      if (this.pending.length) throw new Error('earlier consequences are still waiting for the store');
+      await run();
+    } catch (err) {
+      this.pending.push({ what, run });
+      if (this.pending.length > MAX_PENDING) {
+        const lost = this.pending.shift();
+        this.logger.error({ what: lost?.what }, 'pending consequence dropped: the store has been away too long');
+      }
+      throw err;
+    }
+  }
+
+  /** The consequences kept while the store was away, run again in order; stops at the first that fails. */
+  async retryPending(): Promise<number> {
+    let n = 0;
+    while (this.pending.length) {
+      const p = this.pending[0];
+      try {
+        await p.run();
+      } catch (err) {
+        this.logger.warn(
+          { err: (err as Error).message, waiting: this.pending.length },
+          'pending consequences still waiting',
+        );
+        return n;
+      }
+      this.pending.shift();
+      n++;
+    }
+    if (n) this.logger.warn({ applied: n }, 'pending consequences applied after the store came back');
+    return n;
+  }
+
   async requests(records: readonly RequestRecord[]): Promise<readonly Transition[]> {
     let all = NONE;
     for (const r of records) {
+      if (this.seenBefore(r.session_id, r.request_id)) continue;
       this.metrics.requests.inc();
       const t0 = performance.now();
       let s = this.tree.enter({
@@ -174,6 +243,7 @@ export class Engine {
         if (t.length) out = out === NONE ? [...t] : [...out, ...t];
       }
       this.metrics.judged(t0);
+      this.remember(r.session_id, r.request_id);
       if (this.events.listenerCount('request')) {
         this.emit('request', { session: r.session_id, model: r.model, prompt_tokens: r.prompt_tokens });
       }
@@ -200,6 +270,7 @@ export class Engine {
 
   /** Time passed: detectors that keep time (restore stalls, the breaker's pending evidence) judge now. */
   async tick(now = this.clock.now()): Promise<readonly Transition[]> {
+    await this.retryPending();
     let out = NONE;
     for (const x of this.on.tick) {
       if (!x.enabled()) continue;
@@ -240,6 +311,13 @@ export class Engine {
   }
 
   private async apply(t: Transition): Promise<void> {
+    if (this.pending.length) {
+      // Keep the order of consequences: this one waits behind the earlier ones.
+      this.pending.push({ what: `transition of ${t.subject.id}`, run: () => this.apply(t) });
+      throw new AppError('STORE_UNAVAILABLE', 'earlier consequences are still waiting for the store', {
+        retryable: true,
+      });
+    }
     this.metrics.verdicts.inc({ to: t.to, source: t.source });
     this.logger.info(
       { subject: t.subject, from: t.from, to: t.to, detector: t.detector, source: t.source, rule: t.rule },
@@ -247,8 +325,15 @@ export class Engine {
     );
     if (t.subject.kind === 'session') {
       const id = t.subject.id;
-      const root = await this.tree.rootOf(id);
-      const meta = await this.tree.meta(id);
+      let root: string;
+      let meta: Awaited<ReturnType<SessionTree['meta']>>;
+      try {
+        root = await this.tree.rootOf(id);
+        meta = await this.tree.meta(id);
+      } catch (err) {
+        this.pending.push({ what: `transition of ${id}`, run: () => this.apply(t) });
+        throw err;
+      }
       const handled = this.modeEvent(root, {
         type: 'verdict',
         session_id: id,
@@ -267,13 +352,17 @@ export class Engine {
         ...(t.title ? { title: t.title } : {}),
       });
       await handled;
-      if (t.directives?.length) await this.directives.push(root, t.directives, this.clock.now());
+      const extra = t.directives;
+      if (extra?.length)
+        await this.effect(`directives of ${id}`, () =>
+          this.directives.push(root, extra, this.clock.now()).then(() => {}),
+        );
       this.emit('transition', { session: id, detector: t.detector, from: t.from, to: t.to, source: t.source, root });
       return;
     }
     // Not a session: the detector's own incident, raised or resolved as it says.
     const severity: Severity = t.severity ?? (t.to === 'looping' ? 'critical' : 'warning');
-    await this.alert({
+    await this.alertOrKeep({
       dedup_key: t.dedup_key ?? `${t.detector}:${t.subject.id}`,
       severity,
       state: t.to === 'ok' ? 'resolve' : 'trigger',
@@ -284,24 +373,45 @@ export class Engine {
     });
   }
 
-  private async alert(a: Parameters<Notifier['notify']>[0]): Promise<void> {
-    const r = await this.notifier.notify(a).catch((err) => {
-      this.logger.error({ err: (err as Error).message, dedup_key: a.dedup_key }, 'alert failed');
-      return undefined;
-    });
-    for (const ch of r?.channels ?? []) this.metrics.alerts.inc({ channel: ch.name, outcome: ch.outcome });
+  /** Raises or resolves an incident; a store failure keeps it for the tick (and fails the request). */
+  private async alertOrKeep(a: Parameters<Notifier['notify']>[0]): Promise<void> {
+    await this.effect(`alert ${a.dedup_key}`, () => this.notifyCounted(a));
+  }
+
+  private async notifyCounted(a: Parameters<Notifier['notify']>[0]): Promise<void> {
+    const r = await this.notifier.notify(a);
+    for (const ch of r.channels) this.metrics.alerts.inc({ channel: ch.name, outcome: ch.outcome });
   }
 
   /** Runs the mode's pure decision compare-and-set on the tree, then queues its directives and alerts. */
   async modeEvent(root: string, ev: ModeEvent): Promise<Decision> {
     const mode = this.mode();
     const now = this.clock.now();
-    const d = await this.store.update<TreeState, Decision>(keys.tree(root), (cur) => {
-      const r = mode.decide(cur ?? emptyTree(root, now), ev, now);
-      return { value: r.tree, result: r, ttlMs: TTL.tree };
-    });
-    await this.directives.push(root, d.directives, now);
-    for (const a of d.alerts) await this.alert(a);
+    let d: Decision;
+    try {
+      d = await this.store.update<TreeState, Decision>(keys.tree(root), (cur) => {
+        const r = mode.decide(cur ?? emptyTree(root, now), ev, now);
+        return { value: r.tree, result: r, ttlMs: TTL.tree };
+      });
+    } catch (err) {
+      // Nothing was decided: the whole event waits for the store.
+      this.pending.push({ what: `${ev.type} of ${root}`, run: async () => void (await this.modeEvent(root, ev)) });
+      throw err;
+    }
+    // Decided and written: what follows must happen exactly from this decision, in order.
+    const steps: { what: string; run: () => Promise<void> }[] = [
+      { what: `directives of ${root}`, run: () => this.directives.push(root, d.directives, now).then(() => {}) },
+      ...d.alerts.map((a) => ({ what: `alert ${a.dedup_key}`, run: () => this.notifyCounted(a) })),
+    ];
+    for (let i = 0; i < steps.length; i++) {
+      try {
+        await this.effect(steps[i].what, steps[i].run);
+      } catch (err) {
+        // The failed step is kept already; the rest of this decision waits behind it.
+        this.pending.push(...steps.slice(i + 1));
+        throw err;
+      }
+    }
     this.emit('tree', {
       root,
       stage: d.tree.stage,
