@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ProgressEventSchema, RequestRecordSchema } from '../../core/wire.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
+import { defaultKnobs } from './knobs.ts';
 
 // The generator reproduces DESIGN.md's calibration table: check its figures, so a
 // green judge test means the judge met the table, not an easier fixture.
@@ -122,6 +123,30 @@ describe('calibration fixture', () => {
     expect(longestRun('ses_cal_poll_changing', (t) => t === 'read')).toBe(3);
     const polls = toolEvents('ses_cal_poll_changing').filter((e) => e.target === 'curl');
     expect(new Set(polls.map((e) => e.exit)).size).toBeGreaterThanOrEqual(3);
+  });
+
+  it('has the recovered shapes: the loop resumed after two recoveries, the healthy worker re-reads once', () => {
+    const compactions = (id: string) =>
+      cal.inputs.filter(
+        (i) => i.type === 'progress' && i.event.session_id === id && i.event.kind === 'compaction_done',
+      );
+    expect(compactions('ses_cal_recovered_loop')).toHaveLength(2);
+    expect(compactions('ses_cal_recovered_healthy')).toHaveLength(1);
+    // after each recovery the same two calls again, nothing else
+    const loop = toolEvents('ses_cal_recovered_loop');
+    expect(new Set(loop.slice(18).map((e) => e.fingerprint)).size).toBe(2);
+    // the healthy one: its first call after the recovery is the read it looped on, then
+    // more than loop_turns calls before anything lands, each one new
+    const all = cal.inputs.filter(
+      (i) => i.type === 'progress' && i.event.session_id === 'ses_cal_recovered_healthy',
+    ) as { type: 'progress'; event: { kind: string; fingerprint?: string; landed: boolean } }[];
+    const at = all.findIndex((i) => i.event.kind === 'compaction_done');
+    const after = all.slice(at + 1).map((i) => i.event);
+    const before = new Set(all.slice(0, at).map((i) => i.event.fingerprint));
+    expect(before.has(after[0].fingerprint)).toBe(true);
+    const firstLanding = after.findIndex((e) => e.landed);
+    expect(firstLanding).toBeGreaterThan(defaultKnobs().loop_turns);
+    expect(after.slice(1, firstLanding).every((e) => !before.has(e.fingerprint))).toBe(true);
   });
 
   it('emits only inputs the wire schemas accept', () => {
