@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ProgressEventSchema, RequestRecordSchema } from '../../core/wire.ts';
-import { generateCalibration } from '../../test/fixtures/calibration.ts';
+import { generateBreakerBaseline, generateCalibration } from '../../test/fixtures/calibration.ts';
+import { Tracker } from './judge.ts';
 import { defaultKnobs } from './knobs.ts';
 
 // The generator reproduces DESIGN.md's calibration table: check its figures, so a
@@ -159,5 +160,40 @@ describe('calibration fixture', () => {
   it('is seeded: same seed, same inputs; another seed, other inputs', () => {
     expect(generateCalibration().inputs).toEqual(cal.inputs);
     expect(generateCalibration(7).inputs).not.toEqual(cal.inputs);
+  });
+});
+
+describe('calibration fixture: a breaker baseline that arrives after the stalls', () => {
+  const cal = generateBreakerBaseline();
+  const requests = cal.inputs.flatMap((i) => (i.type === 'request' ? [i.record] : []));
+
+  it('serves each session from its own model only', () => {
+    for (const c of cal.cases) {
+      const models = new Set(requests.filter((q) => q.session_id === c.id).map((q) => q.model));
+      expect([...models]).toEqual([c.model]);
+    }
+    expect(cal.cases.filter((c) => c.model === cal.model)).toHaveLength(4);
+  });
+
+  it('flags the 3 loops of the one model before any other model serves a session; nothing else', () => {
+    const t = new Tracker(defaultKnobs());
+    const flaggedAt = new Map<string, number>();
+    let firstOther = Number.POSITIVE_INFINITY;
+    for (const i of cal.inputs) {
+      if (i.type === 'request' && i.record.model !== cal.model) firstOther = Math.min(firstOther, i.record.ts);
+      for (const c of t.apply(i)) {
+        const ts = i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0;
+        if (c.to !== 'ok' && !flaggedAt.has(c.session_id)) flaggedAt.set(c.session_id, ts);
+      }
+    }
+    expect([...flaggedAt.keys()].sort()).toEqual(['ses_brk_bad_1', 'ses_brk_bad_2', 'ses_brk_bad_3']);
+    for (const at of flaggedAt.values()) expect(at).toBeLessThan(firstOther);
+  });
+
+  it('the baseline session is the fifth the other models serve', () => {
+    const order: string[] = [];
+    for (const q of requests) if (q.model !== cal.model && !order.includes(q.session_id)) order.push(q.session_id);
+    expect(order.length).toBeGreaterThan(5);
+    expect(order[4]).toBe(cal.baseline);
   });
 });
