@@ -275,6 +275,8 @@ const PROGRESS = {
   session_repeat_loop: 20,
 };
 const RECOVERY = `${ROOT}:recovery`;
+/** The events come from the opencode plugin. */
+const PLUGIN = { plugin_version: 'vigil-opencode/0.1.0+test' };
 let calls = 0;
 
 /** One call of the loop from the incident: a failing `sh check.sh`, then a read of one file, over and over. */
@@ -299,7 +301,7 @@ function loopCall(session: string, clock: FakeClock): ProgressEvent {
 /** Feeds the loop until the tree's stage is `stage`; returns how many calls it took. */
 async function loopUntilStage(v: Vigil, clock: FakeClock, session: string, stage: number): Promise<number> {
   for (let n = 1; n <= 200; n++) {
-    await v.engine.progress([loopCall(session, clock)]);
+    await v.engine.progress([loopCall(session, clock)], PLUGIN);
     if ((await v.engine.treeState(ROOT))?.stage === stage) return n;
   }
   throw new Error(`stage ${stage} never reached`);
@@ -334,6 +336,11 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
       expect(t?.awaiting_compaction).toBeUndefined();
       expect(await gate(v, stuck)).toBe('allow');
       await ackAll(v);
+      // The watchdog judges the whole history, the loop before the recovery included: its
+      // verdict does not undo the recovery while the plugin reports the session.
+      await verdict(v, 'looping', stuck);
+      expect((await npOf(v).effective(stuck)).level).toBe('ok');
+      expect((await v.engine.treeState(ROOT))?.stage).toBe(1);
 
       // The same loop again: a new detection, judged from the recovery on (not at once).
       const second = await loopUntilStage(v, clock, stuck, 2);
@@ -356,7 +363,7 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
 
       // It holds: a compaction, more calls, hours, timer ticks change nothing until Resume.
       await compactionDone(v, clock);
-      for (let i = 0; i < 30; i++) await v.engine.progress([loopCall(stuck, clock)]);
+      for (let i = 0; i < 30; i++) await v.engine.progress([loopCall(stuck, clock)], PLUGIN);
       clock.advance(3 * 3_600_000);
       await v.engine.tick();
       for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('refuse');
@@ -402,7 +409,7 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
     await compactionDone(v, clock);
     // Still the same loop: looping, no new transition, still stage 2.
     expect((await npOf(v).effective(CHILD)).level).toBe('looping');
-    for (let i = 0; i < 40; i++) await v.engine.progress([loopCall(CHILD, clock)]);
+    for (let i = 0; i < 40; i++) await v.engine.progress([loopCall(CHILD, clock)], PLUGIN);
     expect((await v.engine.treeState(ROOT))?.stage).toBe(2);
   });
 

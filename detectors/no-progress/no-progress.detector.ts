@@ -33,13 +33,13 @@ import { buildReport } from './report.ts';
 // A recovery: auto_recover refuses the stuck session, aborts it and the tree's root,
 // compacts the root with the incident report and waits for the plugin's
 // compaction_done on the root (TreeState.awaiting_compaction). That event is the point
-// the tree is judged afresh from: the root and every session flagged in the tree are
-// rebased (judge/recover.ts) there, at once, so a stuck child that never sends another
-// event still leaves its incident, and a loop that resumes afterwards is a new
-// transition that the mode escalates (stage 2, then the hard stop). An external verdict
-// (the watchdog) from before the recovery no longer holds the level. Another compaction
-// (opencode's own, on a full context) is not a recovery: a loop that survives it is
-// still the same loop.
+// the tree is judged afresh from: the root and every session this detector flagged in
+// the tree are rebased (judge/recover.ts) there, at once, so a stuck child that never
+// sends another event still leaves its incident, and a loop that resumes afterwards is
+// a new transition that the mode escalates (stage 2, then the hard stop). An external
+// verdict (the watchdog) from before the recovery no longer holds the level. Another
+// compaction (opencode's own, on a full context) is not a recovery: a loop that
+// survives it is still the same loop.
 
 export const TYPE = 'no-progress';
 
@@ -171,8 +171,8 @@ export class NoProgressDetector implements Detector {
     const tree = await this.store.get<TreeState>(keys.tree(root));
     if (tree?.awaiting_compaction?.session !== id || tree.stage === 3) return first;
     const at = this.clock.now();
-    const ids = new Set([id]);
-    for (const flagged of Object.values(tree.flagged)) for (const f of Object.keys(flagged)) ids.add(f);
+    // the compacted root and the sessions this detector flagged (its incident is the root)
+    const ids = new Set([id, ...Object.keys(tree.flagged[root] ?? {})]);
     const out = [...first];
     const reason = `ok: judged afresh from the recovery of ${root} (its compaction is done)`.slice(0, 300);
     for (const sid of ids) {
@@ -183,7 +183,7 @@ export class NoProgressDetector implements Detector {
       });
       // An outside verdict judged what came before the recovery (another instance's
       // cached copy is ignored by its time).
-      if (before.source !== TYPE || (await this.externalOf(sid))) {
+      if (await this.externalOf(sid)) {
         await this.store.del(npKeys.external(sid));
         this.externals.set(sid, null);
       }
@@ -334,7 +334,10 @@ export class NoProgressDetector implements Detector {
 
   /**
    * A fresh external verdict (they count for NP_TTL.external unless renewed) given after
-   * `since` (the session's latest recovery: one given before it judged what came before).
+   * `since`, the session's latest recovery: one given before it judged what came before.
+   * After a recovery, while the plugin reports the session, none counts: the watchdog
+   * judges the whole history, the loop before the recovery included, and would turn a
+   * recovered session back to looping (a stage) at its next tick.
    */
   private async externalOf(id: string, since = 0): Promise<StoredVerdict | undefined> {
     let e = this.externals.peek(id);
@@ -342,7 +345,8 @@ export class NoProgressDetector implements Detector {
       e = (await this.store.get<StoredVerdict>(npKeys.external(id))) ?? null;
       this.externals.set(id, e);
     }
-    return e && e.at >= since && this.clock.now() - e.at < NP_TTL.external ? e : undefined;
+    if (!e || e.at < since || this.clock.now() - e.at >= NP_TTL.external) return undefined;
+    return since > 0 && this.tree.pluginLive(await this.tree.meta(id)) ? undefined : e;
   }
 
   /** The session's effective verdict: its own, or a fresh external one when that is worse. */
