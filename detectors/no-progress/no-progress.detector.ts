@@ -31,9 +31,9 @@ import { buildReport } from './report.ts';
 // judge the same session consistently.
 //
 // A recovery: auto_recover refuses the stuck session, aborts it and the tree's root,
-// compacts the root with the incident report and waits for the plugin's
-// compaction_done on the root (TreeState.awaiting_compaction). That event is the point
-// the tree is judged afresh from: the root and every session this detector flagged in
+// compacts the root with the incident report and records when (TreeState.recoveries).
+// The plugin's compaction_done on the root, the first after that time, is the point the
+// tree is judged afresh from: the root and every session this detector flagged in
 // the tree are rebased (judge/recover.ts) there, at once, so a stuck child that never
 // sends another event still leaves its incident, and a loop that resumes afterwards is
 // a new transition that the mode escalates (stage 2, then the hard stop). An external
@@ -157,9 +157,10 @@ export class NoProgressDetector implements Detector {
   }
 
   /**
-   * A compaction the tree's mode was waiting for completes a recovery: rebase the root
-   * and the tree's flagged sessions. Runs once per compaction (rare), before the mode
-   * sees the event (the engine's order), so the wait is still recorded in the tree.
+   * The root's first compaction after the tree's latest recovery started completes that
+   * recovery (also when it is reported after compaction_timeout lifted the refusal):
+   * rebase the root and the sessions this detector flagged. Runs once per compaction
+   * (rare). Any other compaction is not a recovery.
    */
   private async afterCompaction(
     id: string,
@@ -168,8 +169,12 @@ export class NoProgressDetector implements Detector {
     k: NoProgressKnobs,
   ): Promise<readonly Transition[]> {
     const first = await judged;
+    if (id !== root) return first;
     const tree = await this.store.get<TreeState>(keys.tree(root));
-    if (tree?.awaiting_compaction?.session !== id || tree.stage === 3) return first;
+    const started = Math.max(0, ...(tree?.recoveries ?? []));
+    if (!tree || tree.stage === 3 || started === 0 || started <= ((await this.repo.get(id))?.recoveredAt ?? 0)) {
+      return first;
+    }
     const at = this.clock.now();
     // the compacted root and the sessions this detector flagged (its incident is the root)
     const ids = new Set([id, ...Object.keys(tree.flagged[root] ?? {})]);
