@@ -2,6 +2,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../builtins.ts';
 import { FakeClock } from '../core/clock.ts';
 import type { Vigil } from '../core/vigil.ts';
+import type { ProgressEvent } from '../core/wire.ts';
+import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
+import { sha256Hex } from '../opencode/normalize.ts';
 import {
   backends,
   behaviour,
@@ -15,7 +18,7 @@ import {
 
 // Scenario tests of the response modes through the real engine (store, gate, notifier),
 // with a fake clock. Verdicts are injected as external verdicts so each step is exact;
-// the last scenario drives the real judge with progress events.
+// the recovery stages at the end drive the real judge with progress events.
 
 const running: { v: Vigil; prefix?: string }[] = [];
 afterEach(async () => {
@@ -254,5 +257,194 @@ describe.runIf(withRedis)('with Redis, a hard stop survives a restart', () => {
     } finally {
       await flushPrefix(prefix);
     }
+  });
+});
+
+// ---------------------------------------------------------------------------
+// auto_recover with the real judge: a loop that survives a recovery escalates
+
+// Small thresholds, so a loop is looping after about 20 calls.
+const PROGRESS = {
+  window: 30,
+  dup_min_events: 10,
+  stall_turns: 10,
+  loop_turns: 20,
+  top_warn: 8,
+  top_loop: 16,
+  session_repeat_warn: 10,
+  session_repeat_loop: 20,
+};
+const RECOVERY = `${ROOT}:recovery`;
+/** The events come from the opencode plugin. */
+const PLUGIN = { plugin_version: 'vigil-opencode/0.1.0+test' };
+let calls = 0;
+
+/** One call of the loop from the incident: a failing `sh check.sh`, then a read of one file, over and over. */
+function loopCall(session: string, clock: FakeClock): ProgressEvent {
+  const n = ++calls;
+  const check = n % 2 === 0;
+  return {
+    kind: 'tool',
+    session_id: session,
+    ...(session === ROOT ? {} : { parent_session_id: ROOT }),
+    agent: 'sisyphus',
+    tool: check ? 'bash' : 'read',
+    call_id: `call_${n}`,
+    fingerprint: sha256Hex(check ? 'bash sh check.sh' : 'read docs/spec.md'),
+    target: check ? 'sh check.sh' : 'docs/spec.md',
+    exit: check ? 1 : 0,
+    landed: false,
+    ts: clock.advance(2_000),
+  };
+}
+
+/** Feeds the loop until the tree's stage is `stage`; returns how many calls it took. */
+async function loopUntilStage(v: Vigil, clock: FakeClock, session: string, stage: number): Promise<number> {
+  for (let n = 1; n <= 200; n++) {
+    await v.engine.progress([loopCall(session, clock)], PLUGIN);
+    if ((await v.engine.treeState(ROOT))?.stage === stage) return n;
+  }
+  throw new Error(`stage ${stage} never reached`);
+}
+
+const npOf = (v: Vigil) => v.detector<NoProgressDetector>('no-progress');
+const incident = (b: ReturnType<typeof behaviour>, key: string) =>
+  b.sent.filter((a) => a.dedup_key === key).map((a) => `${a.state}/${a.severity}`);
+
+describe.each(backends())('auto_recover stages with the real judge (%s)', (backend) => {
+  it.each([
+    ['a child', CHILD],
+    ['the root', ROOT],
+  ])(
+    '%s that goes back to its loop after each recovery: stage 1, stage 2 with the cap, a hard stop until Resume',
+    async (_n, stuck) => {
+      const { v, clock, b } = await setup(backend, 'auto_recover', { progress: PROGRESS });
+
+      // Stage 1: flagged, refused, aborted; the root is compacted with the report.
+      const first = await loopUntilStage(v, clock, stuck, 1);
+      expect(first).toBeGreaterThanOrEqual(PROGRESS.loop_turns);
+      let t = await v.engine.treeState(ROOT);
+      expect(t).toMatchObject({ stage: 1, awaiting_compaction: { session: ROOT } });
+      expect(t?.refused[stuck]).toBeDefined();
+      expect(await types(v)).toEqual(expect.arrayContaining([`abort:${stuck}`, `abort:${ROOT}`, `compact:${ROOT}`]));
+      await ackAll(v);
+      await compactionDone(v, clock);
+      // Judged afresh from the recovery: ok, nothing refused, even before it sends anything.
+      expect((await npOf(v).effective(stuck)).level).toBe('ok');
+      t = await v.engine.treeState(ROOT);
+      expect(t).toMatchObject({ stage: 1, refused: {} });
+      expect(t?.awaiting_compaction).toBeUndefined();
+      expect(await gate(v, stuck)).toBe('allow');
+      await ackAll(v);
+      // The watchdog judges the whole history, the loop before the recovery included: its
+      // verdict does not undo the recovery while the plugin reports the session.
+      await verdict(v, 'looping', stuck);
+      expect((await npOf(v).effective(stuck)).level).toBe('ok');
+      expect((await v.engine.treeState(ROOT))?.stage).toBe(1);
+
+      // The same loop again: a new detection, judged from the recovery on (not at once).
+      const second = await loopUntilStage(v, clock, stuck, 2);
+      expect(second).toBeGreaterThanOrEqual(PROGRESS.loop_turns);
+      t = await v.engine.treeState(ROOT);
+      expect(t?.refused[stuck]).toBeDefined();
+      expect(t?.limits['*']).toMatchObject({ max_context_tokens: 100_000 });
+      expect(t?.recoveries).toHaveLength(2);
+      await ackAll(v);
+      await compactionDone(v, clock);
+      expect(await v.engine.check({ conversation: SIBLING })).toMatchObject({ action: 'limit' });
+      await ackAll(v);
+
+      // And again: the hard stop. Every conversation of the tree is refused.
+      const third = await loopUntilStage(v, clock, stuck, 3);
+      expect(third).toBeGreaterThanOrEqual(PROGRESS.loop_turns);
+      t = await v.engine.treeState(ROOT);
+      expect(t?.refuse_all).toMatchObject({ dedup_key: RECOVERY });
+      for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('refuse');
+
+      // It holds: a compaction, more calls, hours, timer ticks change nothing until Resume.
+      await compactionDone(v, clock);
+      for (let i = 0; i < 30; i++) await v.engine.progress([loopCall(stuck, clock)], PLUGIN);
+      clock.advance(3 * 3_600_000);
+      await v.engine.tick();
+      for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('refuse');
+      expect((await v.engine.treeState(ROOT))?.stage).toBe(3);
+
+      await v.engine.resume(ROOT, 'tester');
+      expect((await v.engine.treeState(ROOT))?.stage).toBe(0);
+      for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('allow');
+
+      // The recovery incident escalates with each stage and resolves on Resume; the loop's
+      // own incident was resolved by each recovery and opened again by each renewed loop.
+      await v.queue.idle();
+      await eventually(() => incident(b, RECOVERY).length === 4);
+      expect(incident(b, RECOVERY)).toEqual([
+        'trigger/info',
+        'escalate/warning',
+        'escalate/critical',
+        'resolve/critical',
+      ]);
+      const titles = b.sent.filter((a) => a.dedup_key === RECOVERY).map((a) => a.title);
+      expect(titles.slice(0, 3)).toEqual([
+        `recovering (stage 1): sisyphus (${stuck})`,
+        `recovering with a context cap (stage 2): sisyphus (${stuck})`,
+        `hard stop: sisyphus (${stuck})`,
+      ]);
+      const loop = incident(b, ROOT);
+      expect(loop.filter((x) => x.startsWith('trigger/'))).toHaveLength(3);
+      expect(loop.filter((x) => x.startsWith('resolve/'))).toHaveLength(2);
+    },
+  );
+
+  it('a compaction reported after compaction_timeout still completes the recovery', async () => {
+    const { v, clock } = await setup(backend, 'auto_recover', { progress: PROGRESS });
+    await loopUntilStage(v, clock, CHILD, 1);
+    await ackAll(v);
+    // No report in time: the refusal is lifted anyway (the gate check notices).
+    clock.advance(16 * 60_000);
+    expect(await gate(v, CHILD)).toBe('allow');
+    expect((await v.engine.treeState(ROOT))?.awaiting_compaction).toBeUndefined();
+    expect((await npOf(v).effective(CHILD)).level).toBe('looping');
+    await compactionDone(v, clock);
+    expect((await npOf(v).effective(CHILD)).level).toBe('ok');
+    await loopUntilStage(v, clock, CHILD, 2);
+  });
+
+  it('a later compaction, with the recovery done, is no recovery: the renewed loop stays on its way', async () => {
+    const { v, clock } = await setup(backend, 'auto_recover', { progress: PROGRESS });
+    await loopUntilStage(v, clock, CHILD, 1);
+    await ackAll(v);
+    await compactionDone(v, clock);
+    while ((await npOf(v).effective(CHILD)).level === 'ok') {
+      await v.engine.progress([loopCall(CHILD, clock)], PLUGIN);
+    }
+    expect((await npOf(v).effective(CHILD)).level).toBe('stalling');
+    // opencode compacts the root on its own: the child is still stalling, then looping: stage 2
+    await compactionDone(v, clock);
+    expect((await npOf(v).effective(CHILD)).level).toBe('stalling');
+    const n = await loopUntilStage(v, clock, CHILD, 2);
+    expect(n).toBeLessThan(PROGRESS.loop_turns);
+  });
+
+  it('warn mode recovers nothing: a compaction of the root leaves the loop flagged', async () => {
+    const { v, clock } = await setup(backend, 'warn', { progress: PROGRESS });
+    for (let i = 0; i < 30; i++) await v.engine.progress([loopCall(CHILD, clock)], PLUGIN);
+    expect((await npOf(v).effective(CHILD)).level).toBe('looping');
+    await compactionDone(v, clock);
+    expect((await npOf(v).effective(CHILD)).level).toBe('looping');
+  });
+
+  it('a recovery episode ends after recover_window without a new loop: stage 0, its incident resolved', async () => {
+    const { v, clock, b } = await setup(backend, 'auto_recover', { progress: PROGRESS });
+    await loopUntilStage(v, clock, CHILD, 1);
+    await ackAll(v);
+    await compactionDone(v, clock);
+    clock.advance(61 * 60_000);
+    expect(await gate(v, CHILD)).toBe('allow'); // the gate check notices the window passed
+    expect((await v.engine.treeState(ROOT))?.stage).toBe(0);
+    await v.queue.idle();
+    await eventually(() => incident(b, RECOVERY).length === 2);
+    expect(incident(b, RECOVERY)).toEqual(['trigger/info', 'resolve/info']);
+    // A loop now is a new episode: stage 1 again.
+    await loopUntilStage(v, clock, CHILD, 1);
   });
 });

@@ -16,18 +16,30 @@ import {
   dict,
   type Evaluation,
   type Evidence,
+  evaluate,
+  isPending,
+  type Outcome,
   own,
   recordServed,
   recordStall,
   type Served,
+  type Snapshot,
   type Stalls,
+  sameComparison,
   type TripState,
 } from './breaker.judge.ts';
 import type { BreakerOptions } from './breaker.options.ts';
 
-import { EVIDENCE, HELD, INDEX, STALLS, servedKey, tripKey } from './keys.ts';
+import { EVIDENCE, HELD, INDEX, PENDING, STALLS, servedKey, tripKey } from './keys.ts';
 
 // The store-backed shell around the pure decisions of breaker.judge.ts (keys in keys.ts).
+//
+// A model is compared when a stall is attributed to it. A comparison that holds it back
+// for a reason that can change while its stalls are in the window (no baseline yet, a
+// ratio or a test short of the threshold) leaves the model pending: it is compared again
+// when another model serves a new session (the baseline grows) and on the timer (the
+// others' stalls age out), until it trips or its stalls leave the window. Without that,
+// a model whose sessions stall before the others have traffic is never tripped.
 
 export const TYPE = 'behavior-breaker';
 const NONE: readonly Transition[] = Object.freeze([]);
@@ -87,6 +99,8 @@ export class BehaviorBreaker implements Detector {
   readonly type = TYPE;
   private readonly seen = new Lru<string, number>(SEEN_CACHE);
   private readonly indexed = new Lru<string, number>(MAX_MODELS);
+  /** When this process last compared each pending model again. */
+  private readonly rechecked = new Lru<string, number>(MAX_MODELS);
 
   constructor(
     private readonly store: Store,
@@ -121,9 +135,10 @@ export class BehaviorBreaker implements Detector {
     refresh: number,
     pair: string,
   ): Promise<readonly Transition[]> {
-    await this.store.update<Served, undefined>(servedKey(r.model), (cur) => ({
+    const fresh = await this.store.update<Served, boolean>(servedKey(r.model), (cur) => ({
       value: recordServed(cur, r.session_id, k, now),
-      result: undefined,
+      // a session this model had not served in the window: the others' baseline grew
+      result: (own(cur, r.session_id) ?? Number.NEGATIVE_INFINITY) < now - k.window,
       ttlMs: k.window,
     }));
     this.seen.set(pair, now);
@@ -135,7 +150,78 @@ export class BehaviorBreaker implements Detector {
       }));
       this.indexed.set(r.model, now);
     }
-    return NONE;
+    return fresh && k.recheck_interval > 0 ? this.recheck('traffic', r.model) : NONE;
+  }
+
+  /** Time passed: pending comparisons are made again (the others' stalls may have aged out). */
+  async onTick(): Promise<readonly Transition[]> {
+    return this.knobs().recheck_interval > 0 ? this.recheck('tick') : NONE;
+  }
+
+  /**
+   * Makes the pending comparisons again, each model at most every recheck_interval (by
+   * this process): after new traffic every pending model but the one that served it (its
+   * own traffic only lowers its rate), on the timer all of them. A comparison that comes
+   * out as before writes nothing.
+   */
+  private async recheck(why: 'traffic' | 'tick', servedBy?: string): Promise<readonly Transition[]> {
+    const pending = await this.store.get<Dict<number>>(PENDING);
+    if (!pending) return NONE;
+    const k = this.knobs();
+    const now = this.clock.now();
+    const due = Object.keys(pending).filter(
+      (m) =>
+        pending[m] > now &&
+        m !== servedBy &&
+        now - (this.rechecked.get(m) ?? Number.NEGATIVE_INFINITY) >= k.recheck_interval,
+    );
+    if (!due.length) return NONE;
+    const snapshot: Snapshot = {
+      served: await this.servedOf(due),
+      stalls: (await this.store.get<Stalls>(STALLS)) ?? dict<never>(),
+    };
+    const out: Transition[] = [];
+    const settled: string[] = [];
+    for (const m of due) {
+      this.rechecked.set(m, now);
+      const cur = await this.store.get<TripState>(tripKey(m));
+      if (cur?.tripped) {
+        settled.push(m);
+        continue;
+      }
+      const e = evaluate(m, snapshot, cur?.released_at, k, now);
+      if (e.outcome !== 'trip' && sameComparison(cur?.last_check, e)) continue;
+      const r = await this.apply(m, { type: 'recheck', snapshot, why });
+      if (!isPending(r.outcome)) settled.push(m);
+      out.push(...r.out);
+    }
+    await this.pend([], settled, now);
+    return out;
+  }
+
+  /**
+   * The pending set: `add` is held back now (pending until its newest stall leaves the
+   * window), `drop` is decided (tripped, or its stalls gone). Written only on a change.
+   */
+  private async pend(add: readonly string[], drop: readonly string[], now: number): Promise<void> {
+    const k = this.knobs();
+    for (const m of drop) this.rechecked.delete(m);
+    const next = (cur: Dict<number> | undefined) => {
+      const out = dict<number>();
+      for (const [m, until] of Object.entries(cur ?? {})) if (until > now && !drop.includes(m)) out[m] = until;
+      for (const m of add) out[m] = now + k.window;
+      return out;
+    };
+    const cur = await this.store.get<Dict<number>>(PENDING);
+    const same = (a: Dict<number>) =>
+      Object.keys(a).length === Object.keys(cur ?? {}).length && Object.keys(a).every((m) => own(cur, m) === a[m]);
+    if (same(next(cur))) return;
+    await this.store.update<Dict<number>, undefined>(PENDING, (c) => {
+      const v = next(c);
+      return Object.keys(v).length
+        ? { value: v, result: undefined, ttlMs: k.window }
+        : { value: undefined, result: undefined };
+    });
   }
 
   /**
@@ -171,7 +257,14 @@ export class BehaviorBreaker implements Detector {
       return { value: r.stalls, result: r, ttlMs: k.window };
     });
     const out: Transition[] = [];
-    for (const m of fresh) out.push(...(await this.apply(m, { type: 'stall', snapshot: { served, stalls } })).out);
+    const held: string[] = [];
+    const settled: string[] = [];
+    for (const m of fresh) {
+      const r = await this.apply(m, { type: 'stall', snapshot: { served, stalls } });
+      out.push(...r.out);
+      (isPending(r.outcome) && k.recheck_interval > 0 ? held : settled).push(m);
+    }
+    await this.pend(held, settled, now);
     return out;
   }
 
@@ -260,25 +353,24 @@ export class BehaviorBreaker implements Detector {
   }
 
   /** One compare-and-set step of the pure decision, then its actions (after the write, once). */
-  private async apply(model: string, ev: BreakerEvent): Promise<{ state: TripState; out: Transition[] }> {
+  private async apply(
+    model: string,
+    ev: BreakerEvent,
+  ): Promise<{ state: TripState; out: Transition[]; outcome?: Outcome }> {
     const k = this.knobs();
     const now = this.clock.now();
-    const r = await this.store.update<TripState, { state: TripState; actions: BreakerAction[] }>(
-      tripKey(model),
-      (cur) => {
-        const d = decide(model, cur, ev, k, now);
-        // Kept through the cooldown and the backoff memory after it (a week at least, for review).
-        const ttlMs =
-          Math.max(0, (d.state.until ?? now) - now) + Math.max(k.backoff_memory + k.window, MODEL_RETAIN_MS);
-        return { value: d.state, result: d, ttlMs };
-      },
-    );
+    const r = await this.store.update<TripState, ReturnType<typeof decide>>(tripKey(model), (cur) => {
+      const d = decide(model, cur, ev, k, now);
+      // Kept through the cooldown and the backoff memory after it (a week at least, for review).
+      const ttlMs = Math.max(0, (d.state.until ?? now) - now) + Math.max(k.backoff_memory + k.window, MODEL_RETAIN_MS);
+      return { value: d.state, result: d, ttlMs };
+    });
     const out: Transition[] = [];
     for (const a of r.actions) {
       if (a.type === 'alert') out.push(toTransition(model, a.alert));
       else await this.record(a, k.evidence_kept);
     }
-    return { state: r.state, out };
+    return { state: r.state, out, ...(r.outcome ? { outcome: r.outcome } : {}) };
   }
 
   private async record(a: Extract<BreakerAction, { type: 'evidence' }>, kept: number): Promise<void> {

@@ -4,11 +4,13 @@ import {
   decide,
   dict,
   evaluate,
+  isPending,
   recordServed,
   recordStall,
   type Served,
   type Snapshot,
   type Stalls,
+  sameComparison,
   type TripState,
 } from './breaker.judge.ts';
 import { type BreakerOptionsInput, BreakerOptionsSchema } from './breaker.options.ts';
@@ -226,6 +228,47 @@ describe('decide', () => {
     const r = decide(BAD, undefined, { type: 'stall', snapshot: s }, K, T0);
     expect(r.actions).toEqual([]);
     expect(r.state.last_check?.outcome).toBe('too_few_sessions');
+  });
+});
+
+describe('decide: a recheck of a held comparison', () => {
+  const stalled = { b1: [BAD], b2: [BAD], b3: [BAD] };
+  const thin = snap({ [BAD]: ids('b', 4), g: ids('g', 2) }, stalled);
+  const more = snap({ [BAD]: ids('b', 4), g: ids('g', 4) }, stalled);
+  const enough = snap({ [BAD]: ids('b', 4), g: ids('g', 5) }, stalled);
+
+  it('outcomes that can still change while the stalls are in the window are pending', () => {
+    expect(['no_baseline', 'ratio_too_low', 'not_significant'].every((o) => isPending(o as never))).toBe(true);
+    expect(['trip', 'too_few_sessions', undefined].some((o) => isPending(o as never))).toBe(false);
+  });
+
+  it('trips when the baseline has arrived, marked as a recheck and why; once', () => {
+    const held = decide(BAD, undefined, { type: 'stall', snapshot: thin }, K, T0);
+    expect(held.outcome).toBe('no_baseline');
+    const r = decide(BAD, held.state, { type: 'recheck', snapshot: enough, why: 'traffic' }, K, T0 + 5 * MIN);
+    expect(r.outcome).toBe('trip');
+    expect(alerts(r.actions)).toEqual([`trigger/critical/breaker:${BAD}`]);
+    expect(evidence(r.actions)).toMatchObject([{ decision: 'tripped', recheck: 'traffic', others: { served: 5 } }]);
+    const again = decide(BAD, r.state, { type: 'recheck', snapshot: enough, why: 'tick' }, K, T0 + 6 * MIN);
+    expect(again).toEqual({ state: r.state, actions: [] });
+  });
+
+  it('still held for the same reason: the latest check is kept, no new evidence record', () => {
+    const held = decide(BAD, undefined, { type: 'stall', snapshot: thin }, K, T0);
+    const r = decide(BAD, held.state, { type: 'recheck', snapshot: more, why: 'tick' }, K, T0 + MIN);
+    expect(r.outcome).toBe('no_baseline');
+    expect(r.actions).toEqual([]);
+    expect(r.state.last_check?.others.served).toBe(4);
+    expect(sameComparison(held.state.last_check, r.state.last_check!)).toBe(false);
+    expect(sameComparison(r.state.last_check, evaluate(BAD, more, undefined, K, T0 + 2 * MIN))).toBe(true);
+  });
+
+  it('held for another reason now: one held record, marked as a recheck', () => {
+    const held = decide(BAD, undefined, { type: 'stall', snapshot: thin }, K, T0);
+    const alike = snap({ [BAD]: ids('b', 4), g: ids('g', 6) }, { ...stalled, g1: ['g'], g2: ['g'], g3: ['g'] });
+    const r = decide(BAD, held.state, { type: 'recheck', snapshot: alike, why: 'traffic' }, K, T0 + MIN);
+    expect(r.outcome).toBe('ratio_too_low');
+    expect(evidence(r.actions)).toMatchObject([{ decision: 'held', outcome: 'ratio_too_low', recheck: 'traffic' }]);
   });
 });
 

@@ -96,6 +96,27 @@ export function recordStall(
 
 export type Outcome = 'trip' | 'too_few_sessions' | 'no_baseline' | 'ratio_too_low' | 'not_significant';
 
+/**
+ * Outcomes that hold a model back although it has min_sessions stalls: the comparison
+ * can still go the other way while those stalls are in the window (other models serve
+ * new sessions, the others' own stalls age out), so it is made again (a recheck).
+ */
+export function isPending(o: Outcome | undefined): boolean {
+  return o === 'no_baseline' || o === 'ratio_too_low' || o === 'not_significant';
+}
+
+/** Whether two comparisons of one model came out the same (a recheck that changes nothing writes nothing). */
+export function sameComparison(a: Evaluation | undefined, b: Evaluation): boolean {
+  return (
+    a !== undefined &&
+    a.outcome === b.outcome &&
+    a.model_rate.stalled === b.model_rate.stalled &&
+    a.model_rate.served === b.model_rate.served &&
+    a.others.stalled === b.others.stalled &&
+    a.others.served === b.others.served
+  );
+}
+
 export interface StalledSession {
   session: string;
   level: StallLevel;
@@ -131,6 +152,8 @@ export interface Evaluation {
 export interface Evidence extends Evaluation {
   id: string;
   decision: 'tripped' | 'held';
+  /** Set when a recheck decided (not a new stall): what prompted it. */
+  recheck?: 'traffic' | 'tick';
   cooldown_ms?: number;
   until?: number;
   backoff_level?: number;
@@ -278,6 +301,8 @@ export interface TripState {
 export type BreakerEvent =
   /** A stall verdict newly attributed to this model. */
   | { type: 'stall'; snapshot: Snapshot }
+  /** The held comparison made again: other models served a new session, or time passed. */
+  | { type: 'recheck'; snapshot: Snapshot; why: 'traffic' | 'tick' }
   /** Lazy expiry: someone looked (gate, GET /breaker). */
   | { type: 'tick' }
   | { type: 'resume'; by: string };
@@ -311,7 +336,7 @@ export function decide(
   ev: BreakerEvent,
   k: BreakerOptions,
   now: number,
-): { state: TripState; actions: BreakerAction[] } {
+): { state: TripState; actions: BreakerAction[]; outcome?: Outcome } {
   let s: TripState = cur ?? emptyTrip(model);
   const actions: BreakerAction[] = [];
   // A cooldown that ended releases the model first, dated at its end (not when noticed),
@@ -329,15 +354,21 @@ export function decide(
       actions.push(resolveAlert(model, `resumed by ${ev.by}; routing to it again`));
       return { state: s, actions };
     }
-    case 'stall': {
+    case 'stall':
+    case 'recheck': {
       // Already skipped: late verdicts of sessions it served before the trip add nothing.
       if (s.tripped) return { state: s, actions };
       const e = evaluate(model, ev.snapshot, s.released_at, k, now);
+      const prev = s.last_check;
       s = { ...s, last_check: e };
-      if (e.outcome === 'too_few_sessions') return { state: s, actions };
+      const why = ev.type === 'recheck' ? { recheck: ev.why } : {};
+      if (e.outcome === 'too_few_sessions') return { state: s, actions, outcome: e.outcome };
       if (e.outcome !== 'trip') {
-        actions.push({ type: 'evidence', evidence: { ...e, id: `${model}@${now}`, decision: 'held' } });
-        return { state: s, actions };
+        // a recheck keeps a held record only when the reason changed, not on every tick
+        if (ev.type === 'stall' || prev?.outcome !== e.outcome) {
+          actions.push({ type: 'evidence', evidence: { ...e, id: `${model}@${now}`, decision: 'held', ...why } });
+        }
+        return { state: s, actions, outcome: e.outcome };
       }
       const again = s.trips > 0 && s.released_at !== undefined && now - s.released_at <= k.backoff_memory;
       const level = again ? Math.min(s.level + 1, 64) : 0;
@@ -353,6 +384,7 @@ export function decide(
       };
       const evidence: Evidence = {
         ...e,
+        ...why,
         id: `${model}#${s.trips}`,
         decision: 'tripped',
         cooldown_ms: cooldown,
@@ -372,7 +404,7 @@ export function decide(
         },
       });
       actions.push({ type: 'evidence', evidence });
-      return { state: s, actions };
+      return { state: s, actions, outcome: e.outcome };
     }
   }
 }

@@ -18,6 +18,12 @@ export const BreakerOptionsSchema = z
     alpha: z.number().gt(0).max(1).default(0.05),
     /** Distinct sessions the other models must have served in the window, else no comparison and no trip. */
     min_other_sessions: z.number().int().min(1).max(1_000_000).default(5),
+    /**
+     * A model held back (no baseline, ratio or test) while its stalls are in the window is
+     * compared again at most this often, when another model serves a new session or on the
+     * timer; 0: only a new stall compares.
+     */
+    recheck_interval: duration().prefault('1m'),
     /** Routing skip after the first trip. */
     cooldown: duration().prefault('15m'),
     /** Each re-trip within backoff_memory multiplies the cooldown by this. */

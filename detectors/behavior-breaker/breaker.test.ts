@@ -3,6 +3,7 @@ import { createRegistry } from '../../builtins.ts';
 import { FakeClock } from '../../core/clock.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { buildServer } from '../../service/server.ts';
+import { generateBreakerBaseline } from '../../test/fixtures/calibration.ts';
 import {
   type Behaviour,
   backends,
@@ -13,7 +14,7 @@ import {
   testPrefix,
   testVigil,
 } from '../../test/helpers/index.ts';
-import type { BreakerView } from './breaker.detector.ts';
+import type { BehaviorBreaker, BreakerView } from './breaker.detector.ts';
 
 // Scenario tests of the behavior breaker through the real Vigil (engine, store, gate,
 // notifier, HTTP), with a fake clock. Request records tell which model served which
@@ -286,6 +287,130 @@ describe.each(backends())('behavior breaker (%s)', (backend) => {
     // Resuming again is a no-op; a model never judged is a 404.
     expect((await http(v, 'POST', url, TOKEN)).json()).toMatchObject({ resumed: false });
     expect((await http(v, 'POST', `/breaker/${encodeURIComponent('nobody/none')}/resume`, TOKEN)).statusCode).toBe(404);
+  });
+
+  it('stalls before the others have a baseline: trips once the other models have served enough sessions (the new traffic), one alert', async () => {
+    const { v, clock, b } = await setup(backend);
+    await serve(v, clock, BAD, ids('b', 4));
+    await serve(v, clock, GOOD1, ids('g', 2));
+    for (const s of ids('b', 3)) {
+      clock.advance(MIN);
+      await stall(v, s);
+    }
+    expect(await tripped(v, BAD)).toBe(false);
+    expect(row(await view(v), BAD)?.last_check).toMatchObject({ outcome: 'no_baseline', others: { served: 2 } });
+    // the other models' sessions arrive minutes later, one at a time
+    const later = [
+      [GOOD2, 'h1'],
+      [GOOD1, 'g3'],
+      [GOOD2, 'h2'],
+    ] as const;
+    for (const [i, [m, s]] of later.entries()) {
+      clock.advance(4 * MIN);
+      expect(await tripped(v, BAD)).toBe(false);
+      await serve(v, clock, m, [s]);
+      // 2 + 3 sessions: min_other_sessions (5) reached with the third
+      expect(await tripped(v, BAD)).toBe(i === 2);
+    }
+    // more traffic, ticks and time add nothing
+    for (let i = 0; i < 3; i++) {
+      clock.advance(MIN);
+      await serve(v, clock, GOOD1, [`g${10 + i}`]);
+      await v.engine.tick();
+    }
+    expect(await breakerAlerts(v, b, 1)).toEqual([`trigger/critical/breaker:${BAD}`]);
+    const w = await view(v);
+    expect(w.evidence).toHaveLength(1);
+    expect(w.evidence[0]).toMatchObject({
+      decision: 'tripped',
+      recheck: 'traffic',
+      model_rate: { stalled: 3, served: 4 },
+      others: { stalled: 0, served: 5 },
+    });
+    expect(w.held.map((e) => e.outcome)).toEqual(['no_baseline']);
+    for (const m of [GOOD1, GOOD2]) expect(await tripped(v, m)).toBe(false);
+  });
+
+  it('held by the others stalling too: a tick trips it once their stalls leave the window, one alert', async () => {
+    const { v, clock, b } = await setup(backend);
+    // the others: 12 sessions, 4 of them stalled at the start (2 per model: neither can trip)
+    await serve(v, clock, GOOD1, ids('g', 6));
+    await serve(v, clock, GOOD2, ids('h', 6));
+    for (const s of ['g1', 'g2', 'h1', 'h2']) await stall(v, s);
+    clock.advance(30 * MIN);
+    await serve(v, clock, BAD, ids('b', 4));
+    for (const s of ids('b', 3)) await stall(v, s);
+    // 3 of 4 vs 4 of 12: the ratio passes, the test does not
+    expect(row(await view(v), BAD)?.last_check).toMatchObject({ outcome: 'not_significant' });
+    // the others keep serving the same sessions: no new session, so no traffic recheck
+    clock.advance(10 * MIN);
+    await serve(v, clock, GOOD1, ids('g', 6));
+    await serve(v, clock, GOOD2, ids('h', 6));
+    clock.advance(19 * MIN); // 59 minutes: the others' stalls still count
+    await v.engine.tick();
+    expect(await tripped(v, BAD)).toBe(false);
+    clock.advance(2 * MIN);
+    expect(await tripped(v, BAD)).toBe(false);
+    await v.engine.tick();
+    expect(await tripped(v, BAD)).toBe(true);
+    clock.advance(2 * MIN);
+    await v.engine.tick();
+    expect(await breakerAlerts(v, b, 1)).toEqual([`trigger/critical/breaker:${BAD}`]);
+    const w = await view(v);
+    expect(w.evidence[0]).toMatchObject({
+      recheck: 'tick',
+      model_rate: { stalled: 3, served: 4 },
+      others: { stalled: 0, served: 12 },
+    });
+    for (const m of [GOOD1, GOOD2]) expect(await tripped(v, m)).toBe(false);
+  });
+
+  it('the calibration case: the real judge flags three loops of one model early; it trips when the baseline arrives, one alert', async () => {
+    const cal = generateBreakerBaseline();
+    const { v, clock, b } = await setup(backend);
+    const breaker = v.detector<BehaviorBreaker>('behavior-breaker');
+    let trippedBy: string | undefined;
+    for (const i of cal.inputs) {
+      const ts = i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0;
+      clock.set(Math.max(clock.now(), ts));
+      if (i.type === 'progress') await v.engine.progress([i.event]);
+      else if (i.type === 'request') await v.engine.requests([i.record]);
+      if (trippedBy === undefined && (await breaker.isTripped(cal.model))) {
+        trippedBy = i.type === 'request' ? i.record.session_id : 'not a request';
+      }
+    }
+    expect(trippedBy).toBe(cal.baseline);
+    for (const m of cal.others) expect(await breaker.isTripped(m)).toBe(false);
+    expect(await breakerAlerts(v, b, 1)).toEqual([`trigger/critical/breaker:${cal.model}`]);
+    expect((await view(v)).evidence[0]).toMatchObject({
+      recheck: 'traffic',
+      model_rate: { stalled: 3, served: 4 },
+      others: { stalled: 0, served: 5 },
+    });
+  }, 60_000);
+
+  it('re-evaluates only within the window: stalls that aged out before the baseline arrived trip nothing', async () => {
+    const { v, clock, b } = await setup(backend);
+    await serve(v, clock, BAD, ids('b', 4));
+    for (const s of ids('b', 3)) await stall(v, s);
+    clock.advance(61 * MIN);
+    await v.engine.tick();
+    await serve(v, clock, GOOD1, ids('g', 6));
+    await v.engine.tick();
+    expect(await tripped(v, BAD)).toBe(false);
+    await v.queue.idle();
+    expect(b.sent.filter((a) => a.source === 'behavior-breaker')).toEqual([]);
+  });
+
+  it('recheck_interval 0: only a new stall compares, so the late baseline trips nothing', async () => {
+    const { v, clock } = await setup(backend, { recheck_interval: 0 });
+    await serve(v, clock, BAD, ids('b', 4));
+    for (const s of ids('b', 3)) await stall(v, s);
+    clock.advance(5 * MIN);
+    await serve(v, clock, GOOD1, ids('g', 6));
+    await v.engine.tick();
+    expect(await tripped(v, BAD)).toBe(false);
+    expect(row(await view(v), BAD)?.last_check).toMatchObject({ outcome: 'no_baseline' });
   });
 
   it('documents its routes in the OpenAPI document', async () => {

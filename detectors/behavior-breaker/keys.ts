@@ -8,6 +8,7 @@ import { keys } from '../../core/store/keys.ts';
 //   trip:<model>    routing skip, cooldown, backoff level, the latest comparison
 //   evidence        list, newest first: the trips
 //   held            list, newest first: comparisons that held a model back
+//   pending         model -> until when its held comparison is made again (a recheck)
 // Held comparisons have their own list so they never push a trip's record out.
 // Per-model served keys keep the per-request write small and uncontended; stall
 // transitions are rare, so one key holds them all. TTLs are set where written, from
@@ -18,5 +19,6 @@ export const INDEX = `${NS}models`;
 export const STALLS = `${NS}stalls`;
 export const EVIDENCE = `${NS}evidence`;
 export const HELD = `${NS}held`;
+export const PENDING = `${NS}pending`;
 export const servedKey = (model: string) => `${NS}served:${model}`;
 export const tripKey = (model: string) => `${NS}trip:${model}`;

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ProgressEventSchema, RequestRecordSchema } from '../../core/wire.ts';
-import { generateCalibration } from '../../test/fixtures/calibration.ts';
+import { generateBreakerBaseline, generateCalibration } from '../../test/fixtures/calibration.ts';
+import { Tracker } from './judge.ts';
+import { defaultKnobs } from './knobs.ts';
 
 // The generator reproduces DESIGN.md's calibration table: check its figures, so a
 // green judge test means the judge met the table, not an easier fixture.
@@ -124,6 +126,30 @@ describe('calibration fixture', () => {
     expect(new Set(polls.map((e) => e.exit)).size).toBeGreaterThanOrEqual(3);
   });
 
+  it('has the recovered shapes: the loop resumed after two recoveries, the healthy worker re-reads once', () => {
+    const compactions = (id: string) =>
+      cal.inputs.filter(
+        (i) => i.type === 'progress' && i.event.session_id === id && i.event.kind === 'compaction_done',
+      );
+    expect(compactions('ses_cal_recovered_loop')).toHaveLength(2);
+    expect(compactions('ses_cal_recovered_healthy')).toHaveLength(1);
+    // after each recovery the same two calls again, nothing else
+    const loop = toolEvents('ses_cal_recovered_loop');
+    expect(new Set(loop.slice(18).map((e) => e.fingerprint)).size).toBe(2);
+    // the healthy one: its first call after the recovery is the read it looped on, then
+    // more than loop_turns calls before anything lands, each one new
+    const all = cal.inputs.filter(
+      (i) => i.type === 'progress' && i.event.session_id === 'ses_cal_recovered_healthy',
+    ) as { type: 'progress'; event: { kind: string; fingerprint?: string; landed: boolean } }[];
+    const at = all.findIndex((i) => i.event.kind === 'compaction_done');
+    const after = all.slice(at + 1).map((i) => i.event);
+    const before = new Set(all.slice(0, at).map((i) => i.event.fingerprint));
+    expect(before.has(after[0].fingerprint)).toBe(true);
+    const firstLanding = after.findIndex((e) => e.landed);
+    expect(firstLanding).toBeGreaterThan(defaultKnobs().loop_turns);
+    expect(after.slice(1, firstLanding).every((e) => !before.has(e.fingerprint))).toBe(true);
+  });
+
   it('emits only inputs the wire schemas accept', () => {
     for (const i of cal.inputs) {
       if (i.type === 'progress') expect(ProgressEventSchema.safeParse(i.event).success).toBe(true);
@@ -134,5 +160,40 @@ describe('calibration fixture', () => {
   it('is seeded: same seed, same inputs; another seed, other inputs', () => {
     expect(generateCalibration().inputs).toEqual(cal.inputs);
     expect(generateCalibration(7).inputs).not.toEqual(cal.inputs);
+  });
+});
+
+describe('calibration fixture: a breaker baseline that arrives after the stalls', () => {
+  const cal = generateBreakerBaseline();
+  const requests = cal.inputs.flatMap((i) => (i.type === 'request' ? [i.record] : []));
+
+  it('serves each session from its own model only', () => {
+    for (const c of cal.cases) {
+      const models = new Set(requests.filter((q) => q.session_id === c.id).map((q) => q.model));
+      expect([...models]).toEqual([c.model]);
+    }
+    expect(cal.cases.filter((c) => c.model === cal.model)).toHaveLength(4);
+  });
+
+  it('flags the 3 loops of the one model before any other model serves a session; nothing else', () => {
+    const t = new Tracker(defaultKnobs());
+    const flaggedAt = new Map<string, number>();
+    let firstOther = Number.POSITIVE_INFINITY;
+    for (const i of cal.inputs) {
+      if (i.type === 'request' && i.record.model !== cal.model) firstOther = Math.min(firstOther, i.record.ts);
+      for (const c of t.apply(i)) {
+        const ts = i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0;
+        if (c.to !== 'ok' && !flaggedAt.has(c.session_id)) flaggedAt.set(c.session_id, ts);
+      }
+    }
+    expect([...flaggedAt.keys()].sort()).toEqual(['ses_brk_bad_1', 'ses_brk_bad_2', 'ses_brk_bad_3']);
+    for (const at of flaggedAt.values()) expect(at).toBeLessThan(firstOther);
+  });
+
+  it('the baseline session is the fifth the other models serve', () => {
+    const order: string[] = [];
+    for (const q of requests) if (q.model !== cal.model && !order.includes(q.session_id)) order.push(q.session_id);
+    expect(order.length).toBeGreaterThan(5);
+    expect(order[4]).toBe(cal.baseline);
   });
 });

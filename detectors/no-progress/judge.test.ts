@@ -15,6 +15,7 @@ import {
   onProgress,
   onRequest,
   onRollup,
+  rebase,
   rollUpOf,
   type SessionState,
   Tracker,
@@ -139,6 +140,52 @@ describe('calibration cases (incident #8)', () => {
   it('is deterministic', () => {
     const again = replay(cal.inputs).worst;
     expect([...again]).toEqual([...worst]);
+  });
+});
+
+describe('calibration cases with recoveries (the service rebases the judge at each)', () => {
+  const cal = generateCalibration();
+  const recovered = cal.cases.filter((c) => c.recovered);
+
+  it('has a loop that resumes after its recoveries and a healthy recovered worker', () => {
+    expect(recovered.map((c) => c.recovered).sort()).toEqual(['loop', 'ok']);
+  });
+
+  it.each(recovered.map((c) => [c.name, c] as const))('%s', (_name, c) => {
+    const t = new Tracker(k);
+    // the worst level between recoveries, and the turns it took to be flagged looping again
+    const worst: number[] = [0];
+    const turnsToLoop: number[] = [];
+    let turns = 0;
+    for (const i of cal.inputs) {
+      const id = i.type === 'progress' ? i.event.session_id : i.type === 'request' ? i.record.session_id : '';
+      if (id !== c.id) continue;
+      if (i.type === 'progress' && i.event.kind === 'compaction_done') {
+        t.apply(i);
+        t.recover(c.id, i.event.ts);
+        worst.push(0);
+        turns = 0;
+        continue;
+      }
+      if (i.type === 'request') turns++;
+      for (const ch of t.apply(i)) {
+        const lv = LEVELS.indexOf(ch.to);
+        if (ch.to === 'looping' && worst[worst.length - 1] < lv) turnsToLoop.push(turns);
+        worst[worst.length - 1] = Math.max(worst[worst.length - 1], lv);
+      }
+    }
+    expect(worst.length).toBeGreaterThan(1);
+    // each recovery came after a detection
+    for (const w of worst.slice(0, -1)) expect(LEVELS[w]).toBe('looping');
+    expect(LEVELS[worst[worst.length - 1]]).toBe(c.recovered === 'loop' ? 'looping' : 'ok');
+    // judged afresh: a resumed loop needs the turn precondition again, no more
+    if (c.recovered === 'loop') {
+      expect(turnsToLoop).toHaveLength(worst.length);
+      for (const n of turnsToLoop.slice(1)) {
+        expect(n).toBeGreaterThanOrEqual(k.loop_turns);
+        expect(n).toBeLessThanOrEqual(k.loop_turns + 2);
+      }
+    }
   });
 });
 
@@ -820,9 +867,126 @@ describe('state encoding, version 2', () => {
       level: 'ok',
       signals: { top_target: 'read a.ts', top_count: 5, session_repeat: 5, landed: 1, identical_run: 0 },
     });
-    expect(encodeState(s)[0]).toBe(2);
+    expect(encodeState(s)[0]).toBe(3);
     // and goes on judging
     onProgress(s, tool('v1', 'a.ts'), k);
     expect(verdictOf(s, k).signals.identical_run).toBe(1);
+  });
+});
+
+/** One turn of the loop from the incident: a failing `sh check.sh`, then a read of one file. */
+function loopTurn(s: SessionState, i: number) {
+  return i % 2 === 0
+    ? turn(s, 'bash sh check.sh', { tool: 'bash', target: 'sh check.sh', exit: 1 })
+    : turn(s, 'read docs/spec.md', { target: 'docs/spec.md' });
+}
+
+describe('a recovery (rebase)', () => {
+  it('judges the session afresh: ok, every loop counter restarted, the totals kept', () => {
+    const s = newSessionState(k);
+    turn(s, 'edit a.js', { tool: 'edit', landed: true });
+    let i = 0;
+    while (LEVELS[s.level] !== 'looping') loopTurn(s, i++);
+    const before = verdictOf(s, k).signals;
+    expect(before.fail_streak).toBeGreaterThan(0);
+    expect(rebase(s, k, 5_000)).toBe(0);
+    const v = verdictOf(s, k);
+    expect(v.level).toBe('ok');
+    expect(v.signals).toMatchObject({
+      turns_since_landed: 0,
+      usd_since_landed: 0,
+      dup_share: 0,
+      fail_streak: 0,
+      top_count: 0,
+      session_repeat: 0,
+      identical_run: 0,
+      landed_repeat: 0,
+      continuation_turns: 0,
+      calls: before.calls,
+      landed: 1,
+    });
+    expect(s).toMatchObject({ recoveries: 1, recoveredAt: 5_000, requests: before.calls });
+    // an older recovery time never moves it back
+    rebase(s, k, 4_000);
+    expect(s).toMatchObject({ recoveries: 2, recoveredAt: 5_000 });
+  });
+
+  it('a loop that resumes is a new transition, after the turn precondition again (not at once)', () => {
+    const s = newSessionState(k);
+    let i = 0;
+    while (LEVELS[s.level] !== 'looping') loopTurn(s, i++);
+    rebase(s, k, 1);
+    let n = 0;
+    const levels: string[] = [];
+    while (LEVELS[s.level] !== 'looping' && n < 500) {
+      const from = s.level;
+      loopTurn(s, n++);
+      if (s.level !== from) levels.push(LEVELS[s.level]);
+    }
+    expect(levels).toEqual(['stalling', 'looping']);
+    expect(n).toBeGreaterThanOrEqual(k.loop_turns);
+    expect(n).toBeLessThanOrEqual(k.loop_turns + 2);
+  });
+
+  it('a recovered session that re-reads the call it looped on, then explores without landing, stays ok', () => {
+    const s = newSessionState(k);
+    let i = 0;
+    while (LEVELS[s.level] !== 'looping') loopTurn(s, i++);
+    rebase(s, k, 1);
+    turn(s, 'read docs/spec.md', { target: 'docs/spec.md' });
+    for (let j = 0; j < k.loop_turns + 20; j++) {
+      turn(s, `read src/file_${j}.ts`);
+      expect(LEVELS[s.level]).toBe('ok');
+    }
+  });
+
+  it('leaves a read-only agent ok until it repeats itself again', () => {
+    const s = newSessionState(k);
+    onProgress(s, tool('e', 'a', { agent: 'explore' }), k);
+    // each file read 20 times: over session_repeat_warn, so kept counts would flag it at once
+    for (let j = 0; j < 80; j++) onProgress(s, tool('e', `file ${j % 4}`), k);
+    expect(LEVELS[s.level]).not.toBe('ok');
+    rebase(s, k, 1);
+    onProgress(s, tool('e', 'file 0'), k);
+    expect(LEVELS[s.level]).toBe('ok');
+    for (let j = 0; j < 40; j++) onProgress(s, tool('e', `file ${j % 4}`), k);
+    expect(LEVELS[s.level]).not.toBe('ok');
+  });
+
+  it('the Tracker reports the change of a recovered session', () => {
+    const t = new Tracker(k);
+    for (let j = 0; j < 30; j++) t.apply({ type: 'progress', event: tool('tr', 'read one.md') });
+    expect(t.verdict('tr')?.level).toBe('looping');
+    expect(t.recover('tr', 9)).toMatchObject({ session_id: 'tr', from: 'looping', to: 'ok' });
+    expect(t.recover('tr', 10)).toBeUndefined();
+    expect(t.recover('nobody', 10)).toBeUndefined();
+  });
+});
+
+describe('state encoding, version 3', () => {
+  it('round-trips the recoveries and the latest recovery time', () => {
+    const s = newSessionState(k);
+    for (let j = 0; j < 10; j++) loopTurn(s, j);
+    rebase(s, k, 1_790_000_000_123);
+    loopTurn(s, 0);
+    const back = decodeState(encodeState(s));
+    expect(back).toMatchObject({ recoveries: 1, recoveredAt: 1_790_000_000_123 });
+    expect(verdictOf(back, k)).toEqual(verdictOf(s, k));
+    expect(encodeState(back)).toEqual(encodeState(s));
+  });
+
+  it('still decodes a version 2 state (written before recoveries), with none', () => {
+    // encoded by version 2: agent build, parent root, a read, 6 failing `sh check.sh`,
+    // an edit landing, 4 reads of a.ts
+    const v2 = Buffer.from(
+      'AgAAADwAAAAMAAAACQAAAAYg9lwoAAAAAwAAAAwAAAABAAAAAAAAAAAAAAAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAIAAAAAwAAAAMAAAAAZxtAkwAGAAYAAAAEAAAAAQAAAAgAAAAAAAAAAA0Y1Os3eiFBAAAAAFmn5/DQdnP2AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAECPoAAAAAAAAAAAAAAAAAAAAAAFYnVpbGQABHJvb3QABGJhc2gAC3NoIGNoZWNrLnNoAARiYXNoAAtzaCBjaGVjay5zaAAEcmVhZAAEYS50cwAEZWRpdAAEYS50cw0Y1Os3eiFBLd50HSD2XChnG0CTPKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJFmn5/DQdnP2JE11ug0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HQQNGNTrN3ohQQAAAAUAAAAAAAAADA3edB0MIPZcKGcbQJMAAAAGAAAABgAAAAcMo1gkGFmn5/DQdnP2AAAAAQAAAAAAAAAIBE11ugAMo1gkAAAABgAAAAYAAAAHAARiYXNoAAtzaCBjaGVjay5zaAQN3nQdAAAABQAAAAAAAAAMAARyZWFkAARhLnRzCARNdboAAAABAAAAAAAAAAj/////',
+      'base64',
+    );
+    const s = decodeState(new Uint8Array(v2));
+    expect(s).toMatchObject({ agent: 'build', parent: 'root', calls: 12, landed: 1, recoveries: 0, recoveredAt: 0 });
+    expect(verdictOf(s, k).signals).toMatchObject({ top_target: 'bash sh check.sh', top_count: 6, fail_streak: 6 });
+    expect(encodeState(s)[0]).toBe(3);
+    rebase(s, k, 7);
+    expect(decodeState(encodeState(s))).toMatchObject({ recoveries: 1, recoveredAt: 7 });
   });
 });

@@ -6,12 +6,14 @@
 //   judge/window.ts   the rolling window and the session tables (the hot path)
 //   judge/rules.ts    the verdict rules over the signals
 //   judge/reason.ts   one-line reasons and named targets
+//   judge/recover.ts  judging a session afresh after a recovery (rebase)
 //   judge/codec.ts    the compact binary form the Redis backend stores
 //   judge/tracker.ts  the in-memory multi-session driver (replay, watchdog, bench)
 
 export { ancestorsOf } from '../../core/tree.ts';
 export { decodeState, encodeState } from './judge/codec.ts';
 export { topTargets } from './judge/reason.ts';
+export { rebase } from './judge/recover.ts';
 export { verdictOf } from './judge/rules.ts';
 export {
   type JudgeInput,

@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
 import { backends, flushPrefix, testPrefix, testVigil, withRedis } from '../../test/helpers/index.ts';
@@ -98,6 +99,41 @@ describe('no-progress detector (store-backed) agrees with the Tracker', () => {
         await a.close();
         await b.close();
       }
+    },
+    120_000,
+  );
+});
+
+describe('recoveries: the calibration cases through auto_recover', () => {
+  const byCase = (id: string) => cal.inputs.filter((i) => idOf(i) === id);
+  const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
+
+  /** Feeds one session with the clock at each input's time; returns the stages the tree went through. */
+  async function stages(backend: 'memory' | 'redis', id: string) {
+    const prefix = testPrefix();
+    if (backend === 'redis') prefixes.push(prefix);
+    const clock = new FakeClock(tsOf(byCase(id)[0]));
+    const v = await testVigil({ backend, prefix, clock, overlay: { modes: { mode: 'auto_recover' } } });
+    try {
+      const seen: number[] = [];
+      for (const i of byCase(id)) {
+        clock.set(Math.max(clock.now(), tsOf(i)));
+        if (i.type === 'progress') await v.engine.progress([i.event]);
+        else if (i.type === 'request') await v.engine.requests([i.record]);
+        const stage = (await v.engine.treeState(id))?.stage ?? 0;
+        if (stage !== seen.at(-1)) seen.push(stage);
+      }
+      return { seen, level: (await np(v).effective(id)).level };
+    } finally {
+      await v.close();
+    }
+  }
+
+  it.each(backends())(
+    'the loop that resumes after each recovery escalates to the hard stop; the healthy one stays at stage 1 (%s)',
+    async (backend) => {
+      expect(await stages(backend, 'ses_cal_recovered_loop')).toEqual({ seen: [0, 1, 2, 3], level: 'looping' });
+      expect(await stages(backend, 'ses_cal_recovered_healthy')).toEqual({ seen: [0, 1], level: 'ok' });
     },
     120_000,
   );

@@ -1,6 +1,7 @@
 import type { Clock } from '../../core/clock.ts';
-import type { Detector, SessionInfo, SessionReadout, Transition } from '../../core/contracts.ts';
+import type { Detector, SessionInfo, SessionReadout, Transition, TreeState } from '../../core/contracts.ts';
 import { Lru } from '../../core/lru.ts';
+import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
 import type { ExternalVerdict, ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../core/wire.ts';
@@ -14,6 +15,7 @@ import {
   onProgress,
   onRequest,
   onRollup,
+  rebase,
   rollUpOf,
   type SessionState,
   verdictOf,
@@ -27,6 +29,17 @@ import { buildReport } from './report.ts';
 // (memory backend) the states are live objects and a known session costs no await;
 // with Redis they are compact bytes written compare-and-set, so several instances
 // judge the same session consistently.
+//
+// A recovery: auto_recover refuses the stuck session, aborts it and the tree's root,
+// compacts the root with the incident report and records when (TreeState.recoveries).
+// The plugin's compaction_done on the root, the first after that time, is the point the
+// tree is judged afresh from: the root and every session this detector flagged in
+// the tree are rebased (judge/recover.ts) there, at once, so a stuck child that never
+// sends another event still leaves its incident, and a loop that resumes afterwards is
+// a new transition that the mode escalates (stage 2, then the hard stop). An external
+// verdict (the watchdog) from before the recovery no longer holds the level. Another
+// compaction (opencode's own, on a full context) is not a recovery: a loop that
+// survives it is still the same loop.
 
 export const TYPE = 'no-progress';
 
@@ -142,7 +155,54 @@ export class NoProgressDetector implements Detector {
       // A session without a router counts turns in tool calls: sample those.
       if (!st.sawRequest && ev.kind === 'tool') this.sample(ev.session_id, st, undefined);
     };
-    return this.step(ev.session_id, s, apply, { type: 'progress', event: ev }, k);
+    const out = this.step(ev.session_id, s, apply, { type: 'progress', event: ev }, k);
+    return ev.kind === 'compaction_done' ? this.afterCompaction(ev.session_id, s.root, out, k) : out;
+  }
+
+  /**
+   * The root's first compaction after the tree's latest recovery started completes that
+   * recovery (also when it is reported after compaction_timeout lifted the refusal):
+   * rebase the root and the sessions this detector flagged. Runs once per compaction
+   * (rare). Any other compaction is not a recovery.
+   */
+  private async afterCompaction(
+    id: string,
+    root: string,
+    judged: readonly Transition[] | Promise<readonly Transition[]>,
+    k: NoProgressKnobs,
+  ): Promise<readonly Transition[]> {
+    const first = await judged;
+    if (id !== root) return first;
+    const tree = await this.store.get<TreeState>(keys.tree(root));
+    const started = Math.max(0, ...(tree?.recoveries ?? []));
+    if (!tree || tree.stage === 3 || started === 0 || started <= ((await this.repo.get(id))?.recoveredAt ?? 0)) {
+      return first;
+    }
+    const at = this.clock.now();
+    // the compacted root and the sessions this detector flagged (its incident is the root)
+    const ids = new Set([id, ...Object.keys(tree.flagged[root] ?? {})]);
+    const out = [...first];
+    const reason = `ok: judged afresh from the recovery of ${root} (its compaction is done)`.slice(0, 300);
+    for (const sid of ids) {
+      if ((await this.repo.get(sid)) === undefined) continue;
+      const before = await this.effective(sid);
+      const { s: st } = await this.repo.mutate(sid, (x) => {
+        rebase(x, k, at);
+      });
+      // An outside verdict judged what came before the recovery (another instance's
+      // cached copy is ignored by its time).
+      if (await this.externalOf(sid)) {
+        await this.store.del(npKeys.external(sid));
+        this.externals.set(sid, null);
+      }
+      const after = await this.effective(sid);
+      if (before.level === after.level) continue;
+      out.push({
+        ...(await this.transition(sid, root, before.level, after.level, verdictOf(st, k), undefined)),
+        reason,
+      });
+    }
+    return out;
   }
 
   onRequest(rec: RequestRecord, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
@@ -217,7 +277,7 @@ export class NoProgressDetector implements Detector {
   ): Promise<readonly Transition[]> {
     const out: Transition[] = [];
     for (const [id, st, from] of changed) {
-      const ext = await this.externalOf(id);
+      const ext = await this.externalOf(id, st.recoveredAt);
       const extRank = ext ? RANK[ext.level] : 0;
       const before = Math.max(from, extRank);
       const after = Math.max(st.level, extRank);
@@ -280,14 +340,21 @@ export class NoProgressDetector implements Detector {
     return this.externalOf(id);
   }
 
-  /** A fresh external verdict (they count for NP_TTL.external unless renewed); null: none. */
-  private async externalOf(id: string): Promise<StoredVerdict | undefined> {
+  /**
+   * A fresh external verdict (they count for NP_TTL.external unless renewed) given after
+   * `since`, the session's latest recovery: one given before it judged what came before.
+   * After a recovery, while the plugin reports the session, none counts: the watchdog
+   * judges the whole history, the loop before the recovery included, and would turn a
+   * recovered session back to looping (a stage) at its next tick.
+   */
+  private async externalOf(id: string, since = 0): Promise<StoredVerdict | undefined> {
     let e = this.externals.peek(id);
     if (e === undefined) {
       e = (await this.store.get<StoredVerdict>(npKeys.external(id))) ?? null;
       this.externals.set(id, e);
     }
-    return e && this.clock.now() - e.at < NP_TTL.external ? e : undefined;
+    if (!e || e.at < since || this.clock.now() - e.at >= NP_TTL.external) return undefined;
+    return since > 0 && this.tree.pluginLive(await this.tree.meta(id)) ? undefined : e;
   }
 
   /** The session's effective verdict: its own, or a fresh external one when that is worse. */
@@ -295,7 +362,7 @@ export class NoProgressDetector implements Detector {
     const k = this.knobs();
     const s = (await this.repo.get(id)) ?? newSessionState(k);
     const own = verdictOf(s, k);
-    const ext = await this.externalOf(id);
+    const ext = await this.externalOf(id, s.recoveredAt);
     if (ext && RANK[ext.level] > RANK[own.level]) {
       return {
         level: ext.level,
@@ -372,7 +439,7 @@ export class NoProgressDetector implements Detector {
     if (!s) return undefined;
     const k = this.knobs();
     const info = this.tree.infoNow(id) ?? (await this.tree.info(id));
-    const ext = await this.externalOf(id);
+    const ext = await this.externalOf(id, s.recoveredAt);
     const worse = ext && RANK[ext.level] > s.level ? ext : undefined;
     return buildReport(
       {

@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import type { Decision, Mode, ModePlugin, TreeState } from '../../core/contracts.ts';
-import { duration } from '../../core/duration.ts';
+import { duration, formatDuration } from '../../core/duration.ts';
 import { definePlugin } from '../../core/registry.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap } from '../auto-limit-context/index.ts';
-import { settle, sourceOf, startsActing, toast, treeGate, warnDecision } from '../common.ts';
+import { resolveAlert, settle, sourceOf, startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
 export const AutoRecoverOptionsSchema = z.strictObject({
   /** A detection within this long of the tree's last recovery is the next stage. */
@@ -20,6 +20,10 @@ export const AutoRecoverOptionsSchema = z.strictObject({
 });
 export type AutoRecoverOptions = z.output<typeof AutoRecoverOptionsSchema>;
 
+/** The tree's recovery incident: one per episode, escalating with the stage. */
+export const recoveryKey = (root: string) => `${root}:recovery`;
+const SOURCE = 'auto_recover';
+
 /**
  * auto_recover. Stage 1, the first detection in a tree: refuse the
  * stuck conversation (scoped 429), have the plugin abort it and the tree's root, compact
@@ -27,6 +31,13 @@ export type AutoRecoverOptions = z.output<typeof AutoRecoverOptionsSchema>;
  * lift the refusal when the compaction is done. Stage 2, again within recover_window:
  * the same recovery plus the context cap on the whole tree. After max_recoveries in the
  * window, stage 3: refuse the whole tree, critical alert, wait for an admin Resume.
+ *
+ * The detector judges the tree afresh once the compaction is done, so a loop that
+ * resumes is a new detection here. Besides the detector's own incident, each episode
+ * has a recovery incident (`<root>:recovery`) whose severity is the stage: info at
+ * stage 1, an escalation to warning at stage 2, to critical at the hard stop. It
+ * resolves on Resume, or once recover_window passes without a new detection (the tree
+ * is then back at stage 0).
  */
 export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOptions): Mode {
   return {
@@ -40,6 +51,18 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
         recoveries: d.tree.recoveries.filter((x) => now - x < o.recover_window),
       };
       d.tree = t;
+      if ((t.stage === 1 || t.stage === 2) && t.recoveries.length === 0 && !t.awaiting_compaction) {
+        // the window passed without a new detection: the episode is over
+        t.stage = 0;
+        d.alerts.push(
+          resolveAlert(
+            recoveryKey(t.root),
+            `recovered: ${t.root}`,
+            `no loop within ${formatDuration(o.recover_window)} of the last recovery`,
+            SOURCE,
+          ),
+        );
+      }
       switch (ev.type) {
         case 'resume': {
           d.tree = {
@@ -53,6 +76,7 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
           };
           d.directives.push({ type: 'lift', session_id: t.root, reason: `resumed by ${ev.by}` });
           d.directives.push(toast(t.root, 'Vigil: resumed', `tree ${t.root} resumed by ${ev.by}`, 'info'));
+          d.alerts.push(resolveAlert(recoveryKey(t.root), `resumed: ${t.root}`, `resumed by ${ev.by}`, SOURCE));
           return settle(d, `resumed by ${ev.by}`);
         }
         case 'compaction_done': {
@@ -92,7 +116,7 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
             d.tree = {
               ...t,
               stage: 3,
-              refuse_all: { reason, since: now, dedup_key: ev.dedup_key },
+              refuse_all: { reason, since: now, dedup_key: recoveryKey(t.root) },
               awaiting_compaction: undefined,
             };
             d.directives.push({ type: 'abort', session_id: ev.session_id, reason });
@@ -100,17 +124,15 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
             d.directives.push(
               toast(ev.session_id, 'Vigil: STOPPED', `${ev.agent ?? ev.session_id}: ${reason}`, 'error'),
             );
-            d.alerts = [
-              {
-                dedup_key: ev.dedup_key,
-                severity: 'critical',
-                state: 'trigger',
-                title: `hard stop: ${ev.agent ?? 'agent'} (${ev.session_id})`,
-                summary: `${reason}. ${ev.reason}`.slice(0, 1024),
-                details: ev.report,
-                source: sourceOf(ev),
-              },
-            ];
+            d.alerts.push({
+              dedup_key: recoveryKey(t.root),
+              severity: 'critical',
+              state: 'trigger',
+              title: `hard stop: ${ev.agent ?? 'agent'} (${ev.session_id})`,
+              summary: `${reason}. ${ev.reason}`.slice(0, 1024),
+              details: ev.report,
+              source: sourceOf(ev),
+            });
             return d;
           }
           const stage = t.recoveries.length === 0 ? 1 : 2;
@@ -143,6 +165,20 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
               'warning',
             ),
           );
+          const n = t.recoveries.length;
+          const what = stage === 1 ? 'recovering' : 'recovering with a context cap';
+          d.alerts.push({
+            dedup_key: recoveryKey(t.root),
+            severity: stage === 1 ? 'info' : 'warning',
+            state: 'trigger',
+            title: `${what} (stage ${stage}): ${ev.agent ?? 'agent'} (${ev.session_id})`.slice(0, 200),
+            summary: (stage === 1
+              ? `aborted, compacted with the incident report: ${ev.reason}`
+              : `looping again after ${n} recover${n === 1 ? 'y' : 'ies'} within ${formatDuration(o.recover_window)}; aborted, compacted, context capped: ${ev.reason}`
+            ).slice(0, 1024),
+            details: ev.report,
+            source: sourceOf(ev),
+          });
           return d;
         }
       }
@@ -150,7 +186,9 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
     },
     gate: (tree, session, now) => treeGate(tree, session, now, o),
     due: (tree, now) =>
-      tree.awaiting_compaction !== undefined && now - tree.awaiting_compaction.since >= o.compaction_timeout,
+      tree.awaiting_compaction !== undefined
+        ? now - tree.awaiting_compaction.since >= o.compaction_timeout
+        : (tree.stage === 1 || tree.stage === 2) && tree.recoveries.every((x) => now - x >= o.recover_window),
   };
 }
 

@@ -5,8 +5,11 @@ import { FP_SLOTS, FP_W, type LevelCode, RING_W, SessionState, TG_SLOTS, TG_W, U
 
 // 2: the identical run, the landed run and the tree landings (after the v1 scalars and
 // strings). Version 1 states (written before them) still decode, with those at zero.
-const VERSION = 2;
+// 3: the recoveries (one word after the v2 words) and the latest recovery time (in the
+// fifth double, which versions 1 and 2 wrote as 0). Older states decode with none.
+const VERSION = 3;
 const V2_U32 = 11;
+const V3_U32 = 1;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
@@ -25,7 +28,7 @@ export function encodeState(s: SessionState): Uint8Array {
     s.landTarget,
   ];
   const names = s.names;
-  let size = 1 + 4 * (22 + V2_U32) + 8 * 5 + 2;
+  let size = 1 + 4 * (22 + V2_U32 + V3_U32) + 8 * 5 + 2;
   const strBytes = strs.map((x) => (x === undefined ? undefined : enc.encode(x)));
   for (const b of strBytes) size += 2 + (b?.length ?? 0);
   size += s.len * RING_W * 4;
@@ -97,9 +100,10 @@ export function encodeState(s: SessionState): Uint8Array {
     s.landHi,
     s.landLo,
     (s.runNull ? 1 : 0) | (s.landedNow ? 2 : 0),
+    s.recoveries,
   ])
     u32(v);
-  for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, 0]) f64(v);
+  for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, s.recoveredAt]) f64(v);
   dv.setUint16(o, 0);
   o += 2;
   for (const b of strBytes) bytes(b);
@@ -126,7 +130,7 @@ export function decodeState(bytes: Uint8Array): SessionState {
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let o = 0;
   const version = bytes[o++];
-  if (version !== VERSION && version !== 1) throw new Error(`unknown judge state version ${bytes[0]}`);
+  if (version < 1 || version > VERSION) throw new Error(`unknown judge state version ${bytes[0]}`);
   const u32 = () => {
     const v = dv.getUint32(o);
     o += 4;
@@ -167,11 +171,12 @@ export function decodeState(bytes: Uint8Array): SessionState {
     s.runNull = (w[10] & 1) !== 0;
     s.landedNow = (w[10] & 2) !== 0;
   }
+  if (version >= 3) s.recoveries = u32();
   s.usdSince = f64();
   s.tokSince = f64();
   s.usdTotal = f64();
   s.lastTs = f64();
-  f64();
+  s.recoveredAt = f64();
   o += 2;
   s.agent = str();
   s.parent = str();

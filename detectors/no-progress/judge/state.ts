@@ -19,7 +19,7 @@ import type { NoProgressKnobs } from '../knobs.ts';
 //   names are kept (references to an event's strings, no copy) for targets seen twice.
 // One Uint32Array holds all three: 628 words (2512 bytes) at window 60, plus 7 words
 // (the window's top call, the current run of identical calls with its exit, the latest
-// landed call), and a Float64Array view of 5 doubles on the same buffer.
+// landed call), and a Float64Array view of 6 doubles on the same buffer.
 //
 // "Repeats" are exact repeats of a normalised call (one fingerprint): the window's top
 // repeat and the whole-session repeat. Targets are coarse (`git log` covers every file's
@@ -65,6 +65,10 @@ import type { NoProgressKnobs } from '../knobs.ts';
 // and spend since the last landed change, continuation turns, failure streaks and the
 // whole-session table stay: a compaction lands nothing, and a loop that survives it is
 // still the same loop.
+//
+// A recovery is different: an acting mode aborted the session's tree and compacted its
+// root with the incident report. rebase() (judge/recover.ts) then judges the session
+// afresh from that point, so a loop that resumes is a new transition the mode escalates.
 
 export const LEVEL_OK = 0;
 export const LEVEL_STALLING = 1;
@@ -89,7 +93,7 @@ export const FLAG_DUP = 4;
 /** made before the latest compaction: later calls do not count as its duplicates */
 export const FLAG_OLD = 8;
 export const HASH_MASK = 0x0fffffff;
-export const NUM_N = 5;
+export const NUM_N = 6;
 /** Words after the tables: top call (hi, lo), run call (hi, lo, exit), last landed call (hi, lo). */
 export const EXTRA_W = 7;
 export const U16 = 0xffff;
@@ -151,6 +155,8 @@ export class SessionState {
   requests = 0;
   continuations = 0;
   compactions = 0;
+  /** Recoveries this session was rebased at (rebase()). */
+  recoveries = 0;
   reqSince = 0;
   toolsSince = 0;
   contSince = 0;
@@ -188,7 +194,7 @@ export class SessionState {
   constructor(cap: number) {
     this.cap = cap;
     const words = cap * RING_W + FP_SLOTS * FP_W + TG_SLOTS * TG_W;
-    // one allocation: the tables, EXTRA_W words, then 5 doubles (8-byte aligned)
+    // one allocation: the tables, EXTRA_W words, then NUM_N doubles (8-byte aligned)
     const numAt = Math.ceil(((words + EXTRA_W) * 4) / 8) * 8;
     const ab = new ArrayBuffer(numAt + NUM_N * 8);
     this.buf = new Uint32Array(ab, 0, words + EXTRA_W);
@@ -274,6 +280,13 @@ export class SessionState {
   }
   set touched(v: number) {
     this.num[4] = v;
+  }
+  /** When the latest recovery rebased this session (epoch ms, 0: never). */
+  get recoveredAt(): number {
+    return this.num[5];
+  }
+  set recoveredAt(v: number) {
+    this.num[5] = v;
   }
 
   get fpBase(): number {

@@ -1,6 +1,7 @@
 import { ancestorsOf } from '../../../core/tree.ts';
 import type { ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../../core/wire.ts';
 import type { NoProgressKnobs } from '../knobs.ts';
+import { rebase } from './recover.ts';
 import { verdictOf } from './rules.ts';
 import { type JudgeInput, LEVELS, type LevelCode, newSessionState, type RollUp, type SessionState } from './state.ts';
 import { onProgress, onRequest, onRollup } from './update.ts';
@@ -49,6 +50,17 @@ export class Tracker {
     if (input.type === 'progress') return this.applyProgress(input.event);
     if (input.type === 'request') return this.applyRequest(input.record);
     return NO_CHANGES;
+  }
+
+  /**
+   * A recovery of this session at `at` (an acting mode aborted its tree and compacted the
+   * root): it is judged afresh from here. Returns the change, if its level moved.
+   */
+  recover(id: string, at: number): VerdictChange | undefined {
+    const s = this.states.get(id);
+    if (s === undefined) return undefined;
+    const from = s.level;
+    return rebase(s, this.knobs, at) === from ? undefined : this.change(id, s, from);
   }
 
   applyProgress(ev: ProgressEvent): readonly VerdictChange[] {
