@@ -186,6 +186,12 @@ export interface Detector {
   onVerdict?(v: ExternalVerdict, s: SessionInfo): Out;
   /** Another detector's transition (never the detector's own). */
   onTransition?(t: Transition): Out;
+  /**
+   * A mode decided on a tree (a verdict, a compaction done, a Resume, a tick): `tree` is
+   * the state it wrote. A detector that judges afresh after a recovery or a Resume
+   * learns it here.
+   */
+  onTree?(ev: ModeEvent, tree: TreeState): Out;
   /** Time passed: the watchdog's tick and the service's timer call this. */
   onTick?(now: number): Out;
   /** Its part of the router gate's answer. */
@@ -286,8 +292,11 @@ export interface Mode {
   decide(tree: TreeState, ev: ModeEvent, now: number): Decision;
   /** Its part of the gate's answer for a conversation of this tree. */
   gate(tree: TreeState, session: string, now: number): GateVote | undefined;
-  /** Whether time alone would change the tree now (the gate then sends a tick first). */
-  due?(tree: TreeState, now: number): boolean;
+  /**
+   * When time alone will change the tree (epoch ms), if it will: the kernel sends the
+   * mode a `tick` then, from its timer, and before a gate check that finds it due.
+   */
+  nextDue?(tree: TreeState): number | undefined;
 }
 
 /** A response mode: options under `modes.<type>`, selected by `modes.mode`. */

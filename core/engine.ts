@@ -93,11 +93,14 @@ export class Engine {
    * not lost when the client's retry finds no change left to make.
    */
   private readonly pending: { what: string; run: () => Promise<void> }[] = [];
+  /** Trees this process wrote whose mode said when time alone changes them (root -> epoch ms). */
+  private readonly dueAt = new Map<string, number>();
   private readonly on: {
     progress: Driven[];
     request: Driven[];
     verdict: Driven[];
     transition: Driven[];
+    tree: Driven[];
     tick: Driven[];
     gate: Driven[];
   };
@@ -121,6 +124,7 @@ export class Engine {
       request: having('onRequest'),
       verdict: having('onVerdict'),
       transition: having('onTransition'),
+      tree: having('onTree'),
       tick: having('onTick'),
       gate: having('gate'),
     };
@@ -271,6 +275,14 @@ export class Engine {
   /** Time passed: detectors that keep time (restore stalls, the breaker's pending evidence) judge now. */
   async tick(now = this.clock.now()): Promise<readonly Transition[]> {
     await this.retryPending();
+    // Trees whose time has come (a compaction timeout, the end of an episode), without waiting for a gate check.
+    for (const [root, at] of [...this.dueAt]) {
+      if (at > now) continue;
+      this.dueAt.delete(root);
+      await this.modeEvent(root, { type: 'tick', root_id: root }).catch((err) =>
+        this.logger.warn({ err: (err as Error).message, root }, 'mode tick failed'),
+      );
+    }
     let out = NONE;
     for (const x of this.on.tick) {
       if (!x.enabled()) continue;
@@ -412,11 +424,20 @@ export class Engine {
         throw err;
       }
     }
+    const due = mode.nextDue?.(d.tree);
+    if (due === undefined) this.dueAt.delete(root);
+    else this.dueAt.set(root, due);
     this.emit('tree', {
       root,
       stage: d.tree.stage,
       refused: Boolean(d.tree.refuse_all) || Object.keys(d.tree.refused).length > 0,
     });
+    // Detectors that judge afresh after a recovery or a Resume learn of the decision.
+    for (const x of this.on.tree) {
+      if (!x.enabled()) continue;
+      const ts = await x.detector.onTree!(ev, d.tree);
+      if (ts.length) await this.handle(ts);
+    }
     return d;
   }
 
@@ -468,7 +489,10 @@ export class Engine {
     const now = this.clock.now();
     const mode = this.mode();
     let tree = await this.treeState(s.root);
-    if (tree && mode.due?.(tree, now)) tree = (await this.modeEvent(s.root, { type: 'tick', root_id: s.root })).tree;
+    const due = tree && mode.nextDue?.(tree);
+    if (tree && due !== undefined && due <= now) {
+      tree = (await this.modeEvent(s.root, { type: 'tick', root_id: s.root })).tree;
+    }
     const votes: GateVote[] = [];
     const mv = tree ? mode.gate(tree, q.conversation, now) : undefined;
     if (mv) votes.push(mv);

@@ -79,6 +79,7 @@ export function warnDecision(tree: TreeState, ev: ModeEvent, now: number, loopin
     directives: [],
     alerts: [],
   };
+  if (ev.type === 'resume') return resumeDecision(d, ev.by);
   if (ev.type !== 'verdict') return d;
   const inc = { ...(d.tree.flagged[ev.dedup_key] ?? {}) };
   if (ev.to === 'ok') delete inc[ev.session_id];
@@ -110,6 +111,27 @@ export function warnDecision(tree: TreeState, ev: ModeEvent, now: number, loopin
     return d;
   }
   return settle(d, `recovered: ${ev.agent ?? ev.session_id} is making progress`, sourceOf(ev));
+}
+
+/**
+ * Resume, whatever the mode: a tree stopped, refused or capped (perhaps under another
+ * mode before a switch) is released, the plugin told, and incidents whose sessions
+ * recovered resolve. A mode with more state (auto_recover's stage) adds to it.
+ */
+export function resumeDecision(d: Decision, by: string): Decision {
+  const t = d.tree;
+  d.tree = {
+    ...t,
+    stage: 0,
+    refused: {},
+    refuse_all: undefined,
+    limits: {},
+    recoveries: [],
+    awaiting_compaction: undefined,
+  };
+  d.directives.push({ type: 'lift', session_id: t.root, reason: `resumed by ${by}` });
+  d.directives.push(toast(t.root, 'Vigil: resumed', `tree ${t.root} resumed by ${by}`, 'info'));
+  return settle(d, `resumed by ${by}`);
 }
 
 /** Retry-After of a refusal when the mode has no option of its own. */

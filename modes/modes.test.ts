@@ -228,6 +228,30 @@ describe.each(backends())('response modes (%s)', (backend) => {
     await v.queue.idle();
     await eventually(() => b.sent.some((a) => a.dedup_key === `${ROOT}:plugin`));
   });
+
+  it('Resume releases a tree stopped under auto_recover after a switch to warn', async () => {
+    const { v } = await setup(backend, 'auto_recover', { modes: { auto_recover: { max_recoveries: 1 } } });
+    await verdict(v, 'looping');
+    await compactionDone(v, new FakeClock());
+    await verdict(v, 'ok');
+    await verdict(v, 'looping');
+    expect((await v.engine.treeState(ROOT))?.stage).toBe(3);
+    await v.knobs.patch({ modes: { mode: 'warn' } });
+    expect(await gate(v, CHILD)).toBe('refuse');
+    await v.engine.resume(ROOT, 'tester');
+    for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('allow');
+  });
+
+  it('auto_recover: the timer lifts it too, with no router asking the gate', async () => {
+    const { v, clock, b } = await setup(backend, 'auto_recover');
+    await verdict(v, 'looping');
+    expect((await v.engine.treeState(ROOT))?.refused[CHILD]).toBeDefined();
+    clock.advance(16 * 60_000);
+    await v.engine.tick();
+    expect((await v.engine.treeState(ROOT))?.refused).toEqual({});
+    await v.queue.idle();
+    await eventually(() => b.sent.some((a) => a.dedup_key === `${ROOT}:plugin`));
+  });
 });
 
 describe.runIf(withRedis)('with Redis, a hard stop survives a restart', () => {
@@ -374,7 +398,8 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
       for (const s of [CHILD, ROOT, SIBLING]) expect(await gate(v, s)).toBe('allow');
 
       // The recovery incident escalates with each stage and resolves on Resume; the loop's
-      // own incident was resolved by each recovery and opened again by each renewed loop.
+      // own incident was resolved by each recovery and opened again by each renewed loop,
+      // and the Resume (which judges the tree afresh) resolves it for the last time.
       await v.queue.idle();
       await eventually(() => incident(b, RECOVERY).length === 4);
       expect(incident(b, RECOVERY)).toEqual([
@@ -391,7 +416,7 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
       ]);
       const loop = incident(b, ROOT);
       expect(loop.filter((x) => x.startsWith('trigger/'))).toHaveLength(3);
-      expect(loop.filter((x) => x.startsWith('resolve/'))).toHaveLength(2);
+      expect(loop.filter((x) => x.startsWith('resolve/'))).toHaveLength(3);
     },
   );
 

@@ -54,7 +54,9 @@ async function setup(backend: 'memory' | 'redis', breaker: Record<string, unknow
         rate_limit: { max: 1000, window: '1h' },
       },
     ],
-    overlay: { breaker },
+    // The breaker alone judges here: session hygiene would flag the large-prompt sessions
+    // of the calibration's other models too (a stall the breaker counts, by design).
+    overlay: { breaker, hygiene: { enabled: false } },
   });
   running.push({ v, prefix });
   return { v, clock, b };

@@ -1,7 +1,6 @@
 import type { Clock } from '../../core/clock.ts';
-import type { Detector, SessionInfo, SessionReadout, Transition, TreeState } from '../../core/contracts.ts';
+import type { Detector, ModeEvent, SessionInfo, SessionReadout, Transition, TreeState } from '../../core/contracts.ts';
 import { Lru } from '../../core/lru.ts';
-import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
 import type { ExternalVerdict, ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../core/wire.ts';
@@ -33,8 +32,9 @@ import { buildReport } from './report.ts';
 // A recovery: auto_recover refuses the stuck session, aborts it and the tree's root,
 // compacts the root with the incident report and records when (TreeState.recoveries).
 // The plugin's compaction_done on the root, the first after that time, is the point the
-// tree is judged afresh from: the root and every session this detector flagged in
-// the tree are rebased (judge/recover.ts) there, at once, so a stuck child that never
+// tree is judged afresh from (the kernel tells this detector of the mode's decision,
+// onTree): the root and every session this detector flagged in the tree are rebased
+// (judge/recover.ts) there, at once, so a stuck child that never
 // sends another event still leaves its incident, and a loop that resumes afterwards is
 // a new transition that the mode escalates (stage 2, then the hard stop). An external
 // verdict (the watchdog) from before the recovery no longer holds the level. Another
@@ -155,42 +155,39 @@ export class NoProgressDetector implements Detector {
       // A session without a router counts turns in tool calls: sample those.
       if (!st.sawRequest && ev.kind === 'tool') this.sample(ev.session_id, st, undefined);
     };
-    const out = this.step(ev.session_id, s, apply, { type: 'progress', event: ev }, k);
-    return ev.kind === 'compaction_done' ? this.afterCompaction(ev.session_id, s.root, out, k) : out;
+    return this.step(ev.session_id, s, apply, { type: 'progress', event: ev }, k);
   }
 
   /**
-   * The root's first compaction after the tree's latest recovery started completes that
-   * recovery (also when it is reported after compaction_timeout lifted the refusal):
-   * rebase the root and the sessions this detector flagged. Runs once per compaction
-   * (rare). Any other compaction is not a recovery.
+   * A mode decided on the tree. The root's first compaction after the tree's latest
+   * recovery started completes that recovery (also when reported after
+   * compaction_timeout lifted the refusal); a Resume ends an episode by hand. Either way
+   * the root and the sessions this detector flagged are judged afresh from here. Any
+   * other compaction is not a recovery.
    */
-  private async afterCompaction(
-    id: string,
-    root: string,
-    judged: readonly Transition[] | Promise<readonly Transition[]>,
-    k: NoProgressKnobs,
-  ): Promise<readonly Transition[]> {
-    const first = await judged;
-    if (id !== root) return first;
-    const tree = await this.store.get<TreeState>(keys.tree(root));
-    const started = Math.max(0, ...(tree?.recoveries ?? []));
-    if (!tree || tree.stage === 3 || started === 0 || started <= ((await this.repo.get(id))?.recoveredAt ?? 0)) {
-      return first;
-    }
+  async onTree(ev: ModeEvent, tree: TreeState): Promise<readonly Transition[]> {
+    const root = tree.root;
+    if (ev.type === 'resume') return this.rebaseTree(tree, `ok: judged afresh after ${root} was resumed`);
+    if (ev.type !== 'compaction_done' || ev.session_id !== root) return NONE;
+    const started = Math.max(0, ...tree.recoveries);
+    if (tree.stage === 3 || started === 0 || started <= ((await this.repo.get(root))?.recoveredAt ?? 0)) return NONE;
+    return this.rebaseTree(tree, `ok: judged afresh from the recovery of ${root} (its compaction is done)`);
+  }
+
+  /** Rebases the root and every session this detector flagged in the tree (its incident is the root). */
+  private async rebaseTree(tree: TreeState, why: string): Promise<readonly Transition[]> {
+    const k = this.knobs();
+    const root = tree.root;
     const at = this.clock.now();
-    // the compacted root and the sessions this detector flagged (its incident is the root)
-    const ids = new Set([id, ...Object.keys(tree.flagged[root] ?? {})]);
-    const out = [...first];
-    const reason = `ok: judged afresh from the recovery of ${root} (its compaction is done)`.slice(0, 300);
+    const ids = new Set([root, ...Object.keys(tree.flagged[root] ?? {})]);
+    const out: Transition[] = [];
     for (const sid of ids) {
       if ((await this.repo.get(sid)) === undefined) continue;
       const before = await this.effective(sid);
       const { s: st } = await this.repo.mutate(sid, (x) => {
         rebase(x, k, at);
       });
-      // An outside verdict judged what came before the recovery (another instance's
-      // cached copy is ignored by its time).
+      // An outside verdict judged what came before (another instance's cached copy is ignored by its time).
       if (await this.externalOf(sid)) {
         await this.store.del(npKeys.external(sid));
         this.externals.set(sid, null);
@@ -199,7 +196,7 @@ export class NoProgressDetector implements Detector {
       if (before.level === after.level) continue;
       out.push({
         ...(await this.transition(sid, root, before.level, after.level, verdictOf(st, k), undefined)),
-        reason,
+        reason: why.slice(0, 300),
       });
     }
     return out;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Mode, ModePlugin, TreeState } from '../../core/contracts.ts';
 import { duration } from '../../core/duration.ts';
 import { definePlugin } from '../../core/registry.ts';
-import { settle, startsActing, toast, treeGate, warnDecision } from '../common.ts';
+import { startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
 export const AutoLimitContextOptionsSchema = z.strictObject({
   /**
@@ -41,7 +41,6 @@ export function autoLimitContextMode(o: AutoLimitContextOptions): Mode {
     acts: true,
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
-      if (ev.type === 'resume') return settle({ ...d, tree: { ...d.tree, limits: {} } }, `resumed by ${ev.by}`);
       if (startsActing(ev)) {
         d.tree = applyCap(d.tree, ev.session_id, o, now);
         d.directives.push(

@@ -65,19 +65,9 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
       }
       switch (ev.type) {
         case 'resume': {
-          d.tree = {
-            ...t,
-            stage: 0,
-            refused: {},
-            refuse_all: undefined,
-            limits: {},
-            recoveries: [],
-            awaiting_compaction: undefined,
-          };
-          d.directives.push({ type: 'lift', session_id: t.root, reason: `resumed by ${ev.by}` });
-          d.directives.push(toast(t.root, 'Vigil: resumed', `tree ${t.root} resumed by ${ev.by}`, 'info'));
+          // warnDecision released the tree (resumeDecision); the episode's incident ends too.
           d.alerts.push(resolveAlert(recoveryKey(t.root), `resumed: ${t.root}`, `resumed by ${ev.by}`, SOURCE));
-          return settle(d, `resumed by ${ev.by}`);
+          return d;
         }
         case 'compaction_done': {
           if (!t.awaiting_compaction || t.stage === 3) return d;
@@ -185,10 +175,13 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
       return d;
     },
     gate: (tree, session, now) => treeGate(tree, session, now, o),
-    due: (tree, now) =>
+    // When time alone changes the tree: the compaction timeout, or the end of the episode.
+    nextDue: (tree) =>
       tree.awaiting_compaction !== undefined
-        ? now - tree.awaiting_compaction.since >= o.compaction_timeout
-        : (tree.stage === 1 || tree.stage === 2) && tree.recoveries.every((x) => now - x >= o.recover_window),
+        ? tree.awaiting_compaction.since + o.compaction_timeout
+        : (tree.stage === 1 || tree.stage === 2) && tree.recoveries.length
+          ? Math.max(...tree.recoveries) + o.recover_window
+          : undefined,
   };
 }
 
