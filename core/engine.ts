@@ -93,6 +93,10 @@ export class Engine {
    * not lost when the client's retry finds no change left to make.
    */
   private readonly pending: { what: string; run: () => Promise<void> }[] = [];
+  /** Sessions whose input failed part way (a store error): compared with the mode's record on the tick. */
+  private readonly suspects = new Set<string>();
+  /** Trees whose decided effects a store failure left in their outbox. */
+  private readonly unsettledTrees = new Set<string>();
   /** Trees this process wrote whose mode said when time alone changes them (root -> epoch ms). */
   private readonly dueAt = new Map<string, number>();
   private readonly on: {
@@ -135,6 +139,23 @@ export class Engine {
   }
 
   async progress(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
+    return this.suspecting(events, () => this.progressIn(events, origin));
+  }
+
+  /**
+   * Runs an input; if it fails part way its sessions are compared with the mode's
+   * record on the tick (reconcileSuspects): a change decided before the failure is not lost.
+   */
+  private async suspecting<T>(inputs: readonly { session_id: string }[], run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (err) {
+      for (const i of inputs) this.suspects.add(i.session_id);
+      throw err;
+    }
+  }
+
+  private async progressIn(events: readonly ProgressEvent[], origin: Origin): Promise<readonly Transition[]> {
     let all = NONE;
     for (const ev of events) {
       if (this.seenBefore(ev.session_id, ev.call_id)) continue;
@@ -226,6 +247,10 @@ export class Engine {
   }
 
   async requests(records: readonly RequestRecord[]): Promise<readonly Transition[]> {
+    return this.suspecting(records, () => this.requestsIn(records));
+  }
+
+  private async requestsIn(records: readonly RequestRecord[]): Promise<readonly Transition[]> {
     let all = NONE;
     for (const r of records) {
       if (this.seenBefore(r.session_id, r.request_id)) continue;
@@ -258,6 +283,10 @@ export class Engine {
 
   /** Verdicts from outside sensors (the watchdog): every detector that listens judges them. */
   async verdicts(list: readonly ExternalVerdict[]): Promise<readonly Transition[]> {
+    return this.suspecting(list, () => this.verdictsIn(list));
+  }
+
+  private async verdictsIn(list: readonly ExternalVerdict[]): Promise<readonly Transition[]> {
     let all = NONE;
     for (const v of list) {
       const s = await this.tree.enter({ id: v.session_id, parent: v.parent_session_id, agent: v.agent });
@@ -275,6 +304,10 @@ export class Engine {
   /** Time passed: detectors that keep time (restore stalls, the breaker's pending evidence) judge now. */
   async tick(now = this.clock.now()): Promise<readonly Transition[]> {
     await this.retryPending();
+    await this.reconcileSuspects().catch((err) =>
+      this.logger.warn({ err: (err as Error).message }, 'reconciling sessions failed'),
+    );
+    await this.settleTrees().catch((err) => this.logger.warn({ err: (err as Error).message }, 'settling trees failed'));
     // Trees whose time has come (a compaction timeout, the end of an episode), without waiting for a gate check.
     for (const [root, at] of [...this.dueAt]) {
       if (at > now) continue;
@@ -399,28 +432,37 @@ export class Engine {
   async modeEvent(root: string, ev: ModeEvent): Promise<Decision> {
     const mode = this.mode();
     const now = this.clock.now();
+    // The decision and its effects are written in one compare-and-set (the tree's
+    // outbox); the effects run after, and are cleared once done. A store failure in
+    // between leaves them in the outbox, for settleTrees() on the tick.
+    const id = `e${now.toString(36)}${Math.random().toString(36).slice(2, 8)}`;
     let d: Decision;
     try {
       d = await this.store.update<TreeState, Decision>(keys.tree(root), (cur) => {
         const r = mode.decide(cur ?? emptyTree(root, now), ev, now);
-        return { value: r.tree, result: r, ttlMs: TTL.tree };
+        const effects =
+          r.directives.length || r.alerts.length ? [{ id, directives: r.directives, alerts: r.alerts }] : [];
+        const tree: TreeState = { ...r.tree, effects: [...(cur?.effects ?? []), ...effects].slice(-50) };
+        if (!tree.effects?.length) delete tree.effects;
+        return { value: tree, result: { ...r, tree }, ttlMs: TTL.tree };
       });
     } catch (err) {
-      // Nothing was decided: the whole event waits for the store.
-      this.pending.push({ what: `${ev.type} of ${root}`, run: async () => void (await this.modeEvent(root, ev)) });
+      // The write's outcome is unknown: decide again only if it did not happen.
+      this.pending.push({
+        what: `${ev.type} of ${root}`,
+        run: async () => {
+          const t = await this.treeState(root);
+          if (t?.effects?.some((e) => e.id === id)) await this.settleTree(root);
+          else await this.modeEvent(root, ev);
+        },
+      });
       throw err;
     }
-    // Decided and written: what follows must happen exactly from this decision, in order.
-    const steps: { what: string; run: () => Promise<void> }[] = [
-      { what: `directives of ${root}`, run: () => this.directives.push(root, d.directives, now).then(() => {}) },
-      ...d.alerts.map((a) => ({ what: `alert ${a.dedup_key}`, run: () => this.notifyCounted(a) })),
-    ];
-    for (let i = 0; i < steps.length; i++) {
+    if (d.tree.effects?.length) {
       try {
-        await this.effect(steps[i].what, steps[i].run);
+        await this.settleTree(root, d.tree);
       } catch (err) {
-        // The failed step is kept already; the rest of this decision waits behind it.
-        this.pending.push(...steps.slice(i + 1));
+        this.unsettledTrees.add(root);
         throw err;
       }
     }
@@ -439,6 +481,87 @@ export class Engine {
       if (ts.length) await this.handle(ts);
     }
     return d;
+  }
+
+  /**
+   * Sessions whose input failed part way: a write may have happened with its reply
+   * lost, so a detector can hold a level the mode never heard of. What each detector
+   * says now is compared with the tree's record of what it reported; a difference is
+   * handled as the transition it is. Stops at the first store failure (kept for later).
+   */
+  async reconcileSuspects(): Promise<number> {
+    let n = 0;
+    for (const id of [...this.suspects]) {
+      const root = await this.tree.rootOf(id);
+      const tree = await this.treeState(root);
+      for (const x of this.driven) {
+        if (!x.detector.session || !x.enabled()) continue;
+        const r = await x.detector.session(id);
+        if (!r) continue;
+        const was = tree?.reported?.[x.detector.type]?.[id] ?? 'ok';
+        if (r.level === was) continue;
+        n++;
+        await this.handle([
+          {
+            detector: x.detector.type,
+            subject: { kind: 'session', id },
+            from: was,
+            to: r.level,
+            rule: null,
+            reason: r.reason,
+            source: r.source,
+            ...(r.dedup_key ? { dedup_key: r.dedup_key } : {}),
+            ...((await x.detector.report?.(id)) ? { report: await x.detector.report!(id) } : {}),
+          },
+        ]);
+      }
+      this.suspects.delete(id);
+    }
+    if (n) this.logger.warn({ transitions: n }, 'reconciled verdict changes a store failure had cut short');
+    return n;
+  }
+
+  /**
+   * Runs a tree's outstanding effects in order (directives, then alerts; both are safe
+   * to run twice: directives are deduplicated, an alert that is no transition sends
+   * nothing) and clears each once done.
+   */
+  private async settleTree(root: string, known?: TreeState): Promise<void> {
+    const tree = known ?? (await this.treeState(root));
+    for (const e of tree?.effects ?? []) {
+      await this.directives.push(root, e.directives, this.clock.now());
+      for (const a of e.alerts) await this.notifyCounted(a);
+      await this.store.update<TreeState, void>(keys.tree(root), (cur) => {
+        if (!cur) return { value: cur, result: undefined };
+        const effects = (cur.effects ?? []).filter((x) => x.id !== e.id);
+        const next: TreeState = { ...cur, effects };
+        if (!effects.length) delete next.effects;
+        return { value: next, result: undefined, ttlMs: TTL.tree };
+      });
+    }
+    this.unsettledTrees.delete(root);
+  }
+
+  /**
+   * Trees whose effects a store failure left in their outbox, run again: the ones this
+   * process saw fail, or (at start, `full`) every tree in the store.
+   */
+  async settleTrees(full = false): Promise<number> {
+    const roots = full
+      ? (await this.store.keys(keys.treePrefix)).map((k) => k.slice(keys.treePrefix.length))
+      : [...this.unsettledTrees];
+    let n = 0;
+    for (const root of roots) {
+      const t = await this.treeState(root);
+      if (!t?.effects?.length) {
+        this.unsettledTrees.delete(root);
+        continue;
+      }
+      await this.settleTree(root, t);
+      n++;
+    }
+    if (n) this.logger.warn({ trees: n }, 'settled decisions whose effects a store failure had cut short');
+    return n;
   }
 
   async treeState(root: string): Promise<TreeState | undefined> {
@@ -575,6 +698,21 @@ export class Engine {
       .map((p) => p.text)
       .join('\n\n');
   }
+}
+
+/** The tree's record of a detector's reported level, with this one set (ok is not kept). */
+function reportedWith(
+  cur: TreeState['reported'],
+  detector: string,
+  session: string,
+  level: VerdictLevel,
+): TreeState['reported'] {
+  const own = { ...(cur?.[detector] ?? {}) };
+  if (level === 'ok') delete own[session];
+  else own[session] = level;
+  const out = { ...(cur ?? {}), [detector]: own };
+  if (!Object.keys(own).length) delete out[detector];
+  return Object.keys(out).length ? out : undefined;
 }
 
 /** The strictest vote wins: a refusal over a limit over allow; the smallest cap; any tripped model. */

@@ -274,7 +274,10 @@ export class Vigil {
     this.started = true;
     await this.knobs.load();
     if (this.runWorker) await this.queue.start(this.deliverer);
-    // Fan-outs a crash cut short (an outbox entry without its jobs) go out now.
+    // Decisions and fan-outs a crash cut short (outbox entries without their effects) finish now.
+    await this.engine
+      .settleTrees(true)
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'settling trees failed'));
     await this.notifier
       .reconcile(true)
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));

@@ -94,16 +94,26 @@ export class Notifier {
       );
     }
     const now = this.clock.now();
-    const { fired, incident } = await this.store.update<Incident, { fired?: AlertState; incident?: Incident }>(
-      keys.incident(parsed.data.dedup_key),
-      (cur) => {
-        const r = transition(cur, parsed.data, now);
-        if (!r.fired || !r.next) return { value: r.next, result: {}, ttlMs: TTL.incident };
-        const next: Incident = { ...r.next, outbox: [...(r.next.outbox ?? []), r.next.seq] };
-        return { value: next, result: { fired: r.fired, incident: next }, ttlMs: TTL.incident };
-      },
-    );
-    if (!fired || !incident) return { channels: [] };
+    const key = parsed.data.dedup_key;
+    let r: { fired?: AlertState; incident?: Incident };
+    try {
+      r = await this.store.update<Incident, { fired?: AlertState; incident?: Incident }>(keys.incident(key), (cur) => {
+        const t = transition(cur, parsed.data, now);
+        if (!t.fired || !t.next) return { value: t.next, result: { incident: t.next }, ttlMs: TTL.incident };
+        const next: Incident = { ...t.next, outbox: [...(t.next.outbox ?? []), t.next.seq] };
+        return { value: next, result: { fired: t.fired, incident: next }, ttlMs: TTL.incident };
+      });
+    } catch (err) {
+      // The write may have happened with its reply lost: reconcile() looks at this incident.
+      this.unsettled.add(key);
+      throw err;
+    }
+    const { fired, incident } = r;
+    if (!fired || !incident) {
+      // Nothing new; but a transition an earlier call wrote and could not fan out is finished now.
+      if (incident?.outbox?.length) await this.reconcileOne(key, incident);
+      return { channels: [] };
+    }
     const channels = await this.fanOut(alertOf(incident, fired, now));
     await this.settle(incident.dedup_key, incident.seq, channels);
     return { fired, seq: incident.seq, channels };
@@ -168,14 +178,20 @@ export class Notifier {
         this.unsettled.delete(key);
         continue;
       }
-      for (const seq of i.outbox) {
-        // Only the latest transition is still worth sending: an older one was overtaken.
-        const channels = seq === i.seq ? await this.fanOut(alertOf(i, i.last_state, i.updated_at)) : [];
-        if (seq === i.seq) n++;
-        await this.settle(key, seq, channels);
-      }
+      n += await this.reconcileOne(key, i);
     }
     if (n) this.logger.warn({ transitions: n }, 'reconciled alert transitions left unqueued');
+    return n;
+  }
+
+  /** Finishes the fan-out of an incident's outbox: its latest transition goes out; older ones were overtaken. */
+  private async reconcileOne(key: string, i: Incident): Promise<number> {
+    let n = 0;
+    for (const seq of i.outbox ?? []) {
+      const channels = seq === i.seq ? await this.fanOut(alertOf(i, i.last_state, i.updated_at)) : [];
+      if (seq === i.seq) n++;
+      await this.settle(key, seq, channels);
+    }
     return n;
   }
 

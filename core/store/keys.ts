@@ -28,6 +28,7 @@ export const keys = {
   sent: (channel: string, dedupKey: string) => `sent:${channel}:${dedupKey}`,
   deliveries: 'deliveries',
   tree: (root: string) => `tree:${root}`,
+  treePrefix: 'tree:',
   directives: (root: string) => `dir:${root}`,
   parent: (session: string) => `parent:${session}`,
   meta: (session: string) => `meta:${session}`,

@@ -305,14 +305,16 @@ export class NoProgressDetector implements Detector {
       source: ext ? ext.source : TYPE,
       // The no-progress incident of a tree is named by its root.
       dedup_key: root,
-      report: (await this.report(id)) ?? own.reason,
+      // The verdict is decided and written: a report that cannot be read now must not lose it.
+      report: (await this.report(id).catch(() => undefined)) ?? own.reason,
     };
   }
 
   /** Records a verdict from outside (the watchdog); returns the effective change, if any. */
   async onVerdict(v: ExternalVerdict, s: SessionInfo): Promise<readonly Transition[]> {
     if (v.agent) await this.tree.nameAgent(v.session_id, v.agent);
-    const before = await this.effective(v.session_id);
+    const id = v.session_id;
+    const before = await this.effective(id);
     const ext: StoredVerdict = {
       level: v.level,
       reason: v.reason,
@@ -320,16 +322,26 @@ export class NoProgressDetector implements Detector {
       at: this.clock.now(),
       ...(v.second_opinion ? { second_opinion: v.second_opinion } : {}),
     };
-    await this.store.set(npKeys.external(v.session_id), ext, NP_TTL.external);
-    this.externals.set(v.session_id, ext);
-    // A session known only from the watchdog still shows in the Sessions readout.
-    if (!(await this.repo.get(v.session_id))) await this.repo.mutate(v.session_id, () => {});
-    const after = await this.effective(v.session_id);
+    // Judge with the new verdict before it is written: written last, so a failure in
+    // between leaves nothing behind and the client's retry finds the change to make.
+    const prev = this.externals.peek(id);
+    this.externals.set(id, ext);
+    let after: Awaited<ReturnType<NoProgressDetector['effective']>>;
+    try {
+      after = await this.effective(id);
+      // A session known only from the watchdog still shows in the Sessions readout.
+      if (!(await this.repo.get(id))) await this.repo.mutate(id, () => {});
+      await this.store.set(npKeys.external(id), ext, NP_TTL.external);
+    } catch (err) {
+      if (prev === undefined) this.externals.delete(id);
+      else this.externals.set(id, prev);
+      throw err;
+    }
     if (before.level === after.level) return NONE;
-    const st = (await this.repo.get(v.session_id))!;
+    const st = (await this.repo.get(id))!;
     const own = verdictOf(st, this.knobs());
     const useExt = RANK[ext.level] > RANK[own.level];
-    return [await this.transition(v.session_id, s.root, before.level, after.level, own, useExt ? ext : undefined)];
+    return [await this.transition(id, s.root, before.level, after.level, own, useExt ? ext : undefined)];
   }
 
   /** The latest external verdict on a session, while it counts. */
@@ -397,6 +409,7 @@ export class NoProgressDetector implements Detector {
     return {
       level: eff.level,
       reason: eff.verdict.reason,
+      dedup_key: (this.tree.infoNow(id) ?? (await this.tree.info(id))).root,
       source: eff.source,
       fields: {
         turns_since_landed: g.turns_since_landed,

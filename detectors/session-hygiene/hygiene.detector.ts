@@ -255,6 +255,7 @@ export class SessionHygieneDetector implements Detector {
       level: kernelLevel(st.level, k),
       reason: top < 0 ? 'ok' : (st.findings[top]?.reason ?? 'ok'),
       source: TYPE,
+      dedup_key: `${TYPE}:${id}`,
       fields: {
         hygiene_level: st.level,
         hygiene_rule: st.rule,
