@@ -153,7 +153,7 @@ describe.runIf(withMemory)('service API', () => {
     expect(r.json().verdicts).toEqual([
       { session: 'ses_w', detector: 'no-progress', from: 'ok', to: 'looping', source: 'watchdog' },
     ]);
-    const warnings = (await app.inject({ method: 'GET', url: '/metrics' })).json();
+    const warnings = (await app.inject({ method: 'GET', url: '/warnings' })).json();
     expect(warnings).toEqual([
       expect.objectContaining({
         session: 'ses_w',
