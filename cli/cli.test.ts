@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { fakeNotifySend, tempDir } from '../test/helpers/index.ts';
@@ -25,6 +25,16 @@ describe('vigil CLI', () => {
     expect(r.out).not.toContain('hunter22secret');
   });
 
+  it('config check names what it read: values not at their default with their source, and each channel', () => {
+    const f = join(tempDir(), 'c.yaml');
+    writeFileSync(f, 'server:\n  port: 9000\nprogress:\n  stall_turns: 25\n');
+    const r = vigil(['config', 'check', '--config', f], { PORT: '9100' });
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('server.port = 9100  (env; overrides default: 7411, file: 9000)');
+    expect(r.out).toContain('progress.stall_turns = 25  (file; overrides default: 20)');
+    expect(r.out).toContain('desktop (desktop, from default): NOT READY: notify-send not found on PATH');
+  });
+
   it('config check on a bad file lists every error with its path and exits 1', () => {
     const dir = tempDir();
     const f = join(dir, 'c.yaml');
@@ -43,6 +53,8 @@ describe('vigil CLI', () => {
     expect(r.code).toBe(0);
     expect(r.out).toContain('channel "desktop" (desktop): delivered');
     expect(fake.calls()[0]).toContain('TEST: Vigil test alert');
+    // TEST once in what the person sees (title and body), not "TEST ... TEST".
+    expect(fake.calls()[0].join(' ').match(/TEST/g)).toHaveLength(1);
   });
 
   it('alert test reports the failure reason and exits 1', () => {
@@ -56,5 +68,11 @@ describe('vigil CLI', () => {
     expect(r.code).toBe(2);
     expect(r.err).toContain('--timeout: not a duration');
     expect(vigil(['alert', 'test', '--channel', 'nope']).err).toContain('no channel named "nope"');
+  });
+
+  it('vigil --version prints the version', () => {
+    const r = vigil(['--version']);
+    expect(r.code).toBe(0);
+    expect(r.out.trim()).toBe(`vigil ${JSON.parse(readFileSync('package.json', 'utf8')).version}`);
   });
 });

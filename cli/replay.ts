@@ -39,15 +39,12 @@ export interface ReplayArgs {
 }
 
 const iso = (ts: number | null | undefined) =>
-  ts && ts > 0 ? new Date(ts).toISOString().replace('.000Z', 'Z').replace('T', ' ') : '-';
-
-/** `+3m20s` from the session's first event. */
-function offset(ms: number): string {
-  const s = Math.max(0, Math.round(ms / 1000));
-  if (s < 60) return `+${s}s`;
-  if (s < 3600) return `+${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  return `+${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-}
+  ts && ts > 0
+    ? new Date(ts)
+        .toISOString()
+        .replace(/\.\d{3}Z$/, 'Z')
+        .replace('T', ' ')
+    : '-';
 
 /** When a session was first flagged: the time of its first non-ok transition. */
 export function firstFlaggedTs(s: SessionResult): number | null {
@@ -175,16 +172,13 @@ function newBar(stream: Out, what: string, unit: string): cliProgress.SingleBar 
   );
 }
 
-/** Each session's verdict timeline (time, offset from its first event, event index), then a summary table. */
+/** Each session's verdict timeline (time and event index), then a summary table. */
 export function renderReplay(r: ReplayResult): string {
   let out = '';
   for (const s of r.sessions) {
     const who = [s.agent, s.parent ? `child of ${s.parent}` : null].filter(Boolean).join(', ');
     out += `${s.session}${who ? ` (${who})` : ''}: ${s.events} events, worst ${s.verdict}\n`;
-    const t0 = s.timeline[0]?.ts;
-    for (const t of s.timeline) {
-      out += `  ${iso(t.ts)}  ${t0 ? offset(t.ts - t0).padEnd(8) : ''} event #${t.index}  ${t.from} -> ${t.to}  ${t.reason}\n`;
-    }
+    for (const t of s.timeline) out += `  ${iso(t.ts)}  event #${t.index}  ${t.from} -> ${t.to}  ${t.reason}\n`;
   }
   const rows = r.sessions.map((s) => [
     s.session,
