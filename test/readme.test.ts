@@ -14,7 +14,7 @@ import { eventually, tempDir } from './helpers/index.ts';
 const README = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 
 /** The fenced block right after `<!-- readme-test: NAME -->`. */
-export function readmeBlock(name: string): string {
+function readmeBlock(name: string): string {
   const at = README.indexOf(`<!-- readme-test: ${name} -->`);
   if (at < 0) throw new Error(`README has no block marked ${name}`);
   const m = /```[a-z]*\n([\s\S]*?)```/.exec(README.slice(at));
@@ -114,7 +114,15 @@ describe('README: add a channel', () => {
     const env = { OPS_HOOK_URL: `${hook.url}/vigil`, OPS_HOOK_SECRET: secret, PATH: '/nonexistent' };
     let out = '';
     let err = '';
-    const io = { out: (s: string) => void (out += s), err: (s: string) => void (err += s), env };
+    const io = {
+      out: (s: string) => {
+        out += s;
+      },
+      err: (s: string) => {
+        err += s;
+      },
+      env,
+    };
     expect(await main(['config', 'check', '--config', file], io)).toBe(0);
     expect(out).toContain('desktop (desktop, from default): NOT READY');
     expect(out).toContain('ops-hook (webhook, from file): ready');
