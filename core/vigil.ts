@@ -308,8 +308,9 @@ export class Vigil {
    * Each channel: whether it is enabled and ready on this machine (its own check, no
    * network), where it was configured, a runtime toggle, and its last final delivery.
    */
-  async channelStatus(): Promise<ChannelStatus[]> {
-    const recent = await this.deliveryLog.recent(this.config.notifications.log_size).catch(() => []);
+  async channelStatus(o: { deliveries?: boolean } = {}): Promise<ChannelStatus[]> {
+    // The last 100 rows are enough to show a channel's latest outcome; none when the store is down.
+    const recent = o.deliveries === false ? [] : await this.deliveryLog.recent(100).catch(() => []);
     const sources = channelSources(this.config);
     const toggled = this.toggles.saved();
     const out: ChannelStatus[] = [];

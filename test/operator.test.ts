@@ -277,14 +277,26 @@ describe('metrics: Prometheus text at /metrics, the warnings at /warnings', () =
     expect(warnings).toEqual([expect.objectContaining({ session: 'ses_loop', agent: 'build' })]);
   });
 
+  // The queue reports its oldest job once the notifier offers it (AlertQueue.oldestAt).
   it.runIf('oldestAt' in MemoryQueue.prototype)('reports the age of the oldest queued delivery', async () => {
-    const v = await testVigil({ backend: 'memory', channels: [] });
+    const { recordingPlugin, behaviour } = await import('./helpers/index.ts');
+    const b = behaviour('hang');
+    const v = await testVigil({
+      backend: 'memory',
+      registry: createRegistry().register(recordingPlugin(b)),
+      channels: [{ name: 'stuck', type: 'recording', min_severity: 'info' }],
+      notifications: { delivery_timeout: 5_000, drain_timeout: 0 },
+    });
     const app = await buildServer(v);
     cleanup.push(async () => {
       await app.close();
       await v.close();
     });
-    expect((await app.inject({ method: 'GET', url: '/metrics' })).body).toContain('vigil_alert_queue_oldest_seconds 0');
+    const age = async () =>
+      Number(/\nvigil_alert_queue_oldest_seconds (\S+)/.exec((await app.inject({ url: '/metrics' })).body)?.[1]);
+    expect(await age()).toBe(0);
+    await v.notifier.notify({ dedup_key: 'd', severity: 'warning', title: 't', summary: 's', source: 'test' });
+    await eventually(async () => (await age()) > 0);
   });
 });
 

@@ -30,14 +30,14 @@ export const healthRoutes =
         const wd =
           vigil.health.watchdog ??
           (up ? await vigil.store.get<typeof vigil.health.watchdog>(keys.watchdog).catch(() => undefined) : undefined);
-        const channels = await vigil.channelStatus();
+        const channels = await vigil.channelStatus({ deliveries: up });
         return {
           ok: redis !== 'down',
           version,
           backend: vigil.store.backend,
           redis,
           queue: vigil.queue.kind,
-          queue_depth: await vigil.queue.depth().catch(() => null),
+          queue_depth: up ? await vigil.queue.depth().catch(() => null) : null,
           mode: vigil.mode().type,
           channels,
           // Enabled channels that cannot deliver on this machine: every alert to them fails.
