@@ -3,19 +3,36 @@ import { Command, CommanderError } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
-import { ConfigError, displayConfig, loadConfigWithPlugins } from '../core/config.ts';
+import { ConfigError, displayConfig, type Explained, type Layer, loadConfigWithPlugins } from '../core/config.ts';
 import { duration } from '../core/duration.ts';
 import { isAppError } from '../core/errors.ts';
 import { createLogger } from '../core/logger.ts';
-import { checkConfig } from '../core/vigil.ts';
+import { VERSION } from '../core/paths.ts';
+import type { ChannelStatus } from '../core/vigil.ts';
+import { inspectConfig } from '../core/vigil.ts';
 import { createVigil } from '../index.ts';
+import { completionScript } from './completion.ts';
+import { ago, call, cut, DEFAULT_URL, type Remote, table, when } from './remote.ts';
+
+export interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+  /** Whether stderr is a terminal (progress bars). */
+  tty?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
 
 // Every command validates its arguments with zod and names the bad one.
 function parseArgs<T extends z.ZodType>(schema: T, raw: unknown, cmd: string): z.output<T> {
   const r = schema.safeParse(raw);
   if (!r.success) {
     const msg = r.error.issues
-      .map((i) => `--${String(i.path[0] ?? '?').replace(/_/g, '-')}: ${i.message}`)
+      .map((i) => {
+        const key = String(i.path[0] ?? '?');
+        // Environment variables keep their name; options are shown as written.
+        const name = /^[A-Z_]+$/.test(key) ? key : `--${key.replace(/_/g, '-')}`;
+        return `${name}: ${i.message}`;
+      })
       .join('\n  ');
     throw new CommanderError(2, 'vigil.args', `${cmd}: invalid arguments:\n  ${msg}`);
   }
@@ -23,10 +40,56 @@ function parseArgs<T extends z.ZodType>(schema: T, raw: unknown, cmd: string): z
 }
 
 const ConfigArg = z.string().min(1).optional();
+const Port = z.coerce.number({ error: 'a port number (0-65535)' }).int().min(0).max(65535);
+const UrlArg = z.url({ protocol: /^https?$/, error: 'an http(s) URL of a running vigil serve' });
 
-export function buildProgram(io: { out: (s: string) => void; err: (s: string) => void } = defaultIo()): Command {
+/**
+ * The layers between the config file and an overlay: HOST and PORT from the
+ * environment, then --host and --port. Each keeps its name as its source.
+ */
+function serverLayers(flags: { host?: string; port?: number }, env: NodeJS.ProcessEnv): Layer[] {
+  const e = parseArgs(
+    z.object({ HOST: z.string().min(1).optional(), PORT: Port.optional() }),
+    { HOST: env.HOST || undefined, PORT: env.PORT || undefined },
+    'environment',
+  );
+  const layers: Layer[] = [];
+  if (e.HOST !== undefined || e.PORT !== undefined) {
+    layers.push({
+      source: 'env',
+      raw: { server: { ...(e.HOST ? { host: e.HOST } : {}), ...(e.PORT !== undefined ? { port: e.PORT } : {}) } },
+    });
+  }
+  if (flags.host !== undefined || flags.port !== undefined) {
+    layers.push({ source: 'flag', raw: { server: { ...flags } } });
+  }
+  return layers;
+}
+
+/** `modes.mode = auto_recover  (runtime; file: warn)` */
+function sourceLine(k: Explained): string {
+  const v = typeof k.value === 'string' ? k.value : JSON.stringify(k.value);
+  const below = Object.entries(k.overrides ?? {})
+    .map(([s, x]) => `${s}: ${typeof x === 'string' ? x : JSON.stringify(x)}`)
+    .join(', ');
+  return `${k.path} = ${v}  (${k.source}${below ? `; overrides ${below}` : ''})`;
+}
+
+function channelLine(c: Pick<ChannelStatus, 'name' | 'type' | 'enabled' | 'ready' | 'reason' | 'source'>): string {
+  const state = !c.enabled ? 'disabled' : c.ready ? 'ready' : `NOT READY: ${c.reason}`;
+  return `${c.name} (${c.type}, from ${c.source}): ${state}`;
+}
+
+function remoteOf(raw: { url?: string }, env: NodeJS.ProcessEnv, cmd: string): Remote {
+  const a = parseArgs(z.object({ url: UrlArg }), { url: raw.url ?? env.VIGIL_URL ?? DEFAULT_URL }, cmd);
+  return { url: a.url, token: env.VIGIL_ADMIN_TOKEN || undefined };
+}
+
+export function buildProgram(io: Io = defaultIo()): Command {
+  const env = io.env ?? process.env;
   const program = new Command('vigil')
     .description('Catch coding agents that spend without progress.')
+    .version(`vigil ${VERSION}`, '-v, --version', 'print the version')
     .exitOverride()
     .configureOutput({ writeOut: io.out, writeErr: io.err });
 
@@ -38,29 +101,43 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
     .option('--config <path>', 'config overlay file (env VIGIL_CONFIG)')
     .action(async (raw) => {
       const a = parseArgs(
-        z.strictObject({
-          host: z.string().min(1).optional(),
-          port: z.coerce.number().int().min(0).max(65535).optional(),
-          config: ConfigArg,
-        }),
-        { host: raw.host ?? process.env.HOST, port: raw.port ?? process.env.PORT, config: raw.config },
+        z.strictObject({ host: z.string().min(1).optional(), port: Port.optional(), config: ConfigArg }),
+        raw,
         'serve',
       );
       const { serve } = await import('../service/serve.ts');
-      await serve({ host: a.host, port: a.port, configFile: a.config });
+      await serve({ configFile: a.config, extra: serverLayers({ host: a.host, port: a.port }, env) });
     });
 
   const config = program.command('config').description('configuration');
   config
     .command('check')
-    .description('validate the config and print it with secrets redacted (exit 1 on errors)')
+    .description(
+      'validate the config as serve does and print it (secrets redacted), where each value comes from, and the channels (exit 1 on errors)',
+    )
     .option('--config <path>', 'config overlay file (env VIGIL_CONFIG)')
     .action(async (raw) => {
       const a = parseArgs(z.strictObject({ config: ConfigArg }), raw, 'config check');
       try {
         // Exactly what serve validates: plugins loaded, channels and detectors built.
-        const cfg = await checkConfig({ registry: createRegistry(), configFile: a.config });
-        io.out(toYaml(displayConfig(cfg)));
+        const r = await inspectConfig({
+          registry: createRegistry(),
+          configFile: a.config,
+          extra: serverLayers({}, env),
+          env,
+        });
+        io.out(toYaml(displayConfig(r.config as never)));
+        io.out('\n# values not at their default, and where they come from\n');
+        io.out(`# runtime state saved in the store: ${r.runtime}\n`);
+        for (const k of r.knobs) io.out(`${sourceLine(k)}\n`);
+        if (!r.knobs.length) io.out('(none: every knob is at its default)\n');
+        io.out('\n# channels\n');
+        for (const c of r.channels) {
+          io.out(
+            `${channelLine(c)}${r.toggles[c.name] ? `  runtime toggles: ${JSON.stringify(r.toggles[c.name])}` : ''}\n`,
+          );
+        }
+        if (!r.channels.length) io.out('(none: alerts go nowhere)\n');
         io.out('config ok\n');
       } catch (e) {
         if (e instanceof ConfigError) {
@@ -84,7 +161,7 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
         raw,
         'alert test',
       );
-      const vigil = await createVigil({ configFile: a.config, logger: createLogger({ level: 'warn' }) });
+      const vigil = await createVigil({ configFile: a.config, env, logger: createLogger({ level: 'warn' }) });
       try {
         const { job_id } = await vigil.notifier.sendTest(a.channel);
         const r = await vigil.notifier.waitForOutcome(job_id, a.timeout);
@@ -101,6 +178,84 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
       } finally {
         await vigil.close();
       }
+    });
+
+  program
+    .command('status')
+    .description('a running service at a glance: health, channels, sessions by verdict, open alerts, failed deliveries')
+    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
+    .action(async (raw) => {
+      const r = remoteOf(parseArgs(z.strictObject({ url: z.string().optional() }), raw, 'status'), env, 'status');
+      io.out(await statusText(r));
+    });
+
+  program
+    .command('sessions')
+    .description('the Sessions readout of a running service as a table, worst first')
+    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
+    .option('--verdict <level>', 'only sessions at this verdict: ok, stalling or looping')
+    .option('--limit <n>', 'at most this many rows', '50')
+    .option('--json', 'the rows as JSON, one per line')
+    .action(async (raw) => {
+      const a = parseArgs(
+        z.strictObject({
+          url: z.string().optional(),
+          verdict: z.enum(['ok', 'stalling', 'looping']).optional(),
+          limit: z.coerce.number().int().min(1).max(10_000),
+          json: z.boolean().optional(),
+        }),
+        raw,
+        'sessions',
+      );
+      const rows = await call<Row[]>(remoteOf(a, env, 'sessions'), 'GET', '/sessions?limit=10000');
+      const shown = sortRows(rows)
+        .filter((x) => !a.verdict || x.verdict === a.verdict)
+        .slice(0, a.limit);
+      if (a.json) for (const x of shown) io.out(`${JSON.stringify(x)}\n`);
+      else io.out(sessionsTable(shown, rows.length));
+    });
+
+  const knobs = program.command('knobs').description('runtime knobs of a running service');
+  knobs
+    .command('show', { isDefault: true })
+    .description('every knob not at its default and where its value comes from (default, file, env, overlay, runtime)')
+    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
+    .action(async (raw) => {
+      const r = remoteOf(parseArgs(z.strictObject({ url: z.string().optional() }), raw, 'knobs'), env, 'knobs');
+      const k = await call<{ _sources: Explained[] }>(r, 'GET', '/knobs');
+      for (const e of k._sources) io.out(`${sourceLine(e)}\n`);
+      if (!k._sources.length) io.out('every knob is at its default\n');
+    });
+  knobs
+    .command('reset')
+    .description('drop runtime knobs so the config applies again: the named ones (modes.mode, progress), or all')
+    .argument('[knob...]', 'dotted knob paths or sections; none: every runtime knob')
+    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
+    .action(async (names: string[], raw) => {
+      const a = parseArgs(
+        z.strictObject({
+          url: z.string().optional(),
+          knob: z.array(z.string().regex(/^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/i, 'a dotted knob path such as modes.mode')),
+        }),
+        { ...raw, knob: names },
+        'knobs reset',
+      );
+      const r = remoteOf(a, env, 'knobs reset');
+      const done: string[] = [];
+      if (!a.knob.length) done.push(...(await call<{ reset: string[] }>(r, 'DELETE', '/knobs')).reset);
+      for (const k of a.knob) {
+        done.push(...(await call<{ reset: string[] }>(r, 'DELETE', `/knobs/${encodeURIComponent(k)}`)).reset);
+      }
+      io.out(done.length ? `reset: ${done.join(', ')}\n` : 'nothing to reset: no runtime value was set\n');
+    });
+
+  program
+    .command('completion')
+    .description('print a shell completion script: eval "$(vigil completion bash)"')
+    .argument('<shell>', 'bash, zsh or fish')
+    .action((shell: string) => {
+      const a = parseArgs(z.strictObject({ shell: z.enum(['bash', 'zsh', 'fish']) }), { shell }, 'completion');
+      io.out(completionScript(program, a.shell));
     });
 
   program
@@ -123,8 +278,11 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
         { input, ...raw },
         'replay',
       );
-      const { replayCommand } = await import('../detectors/no-progress/replay/replay.ts');
-      const code = await replayCommand(a, { stdout: process.stdout, stderr: process.stderr });
+      const { replay } = await import('./replay.ts');
+      const code = await replay(a, {
+        stdout: { write: io.out },
+        stderr: { write: io.err, isTTY: io.tty ?? false },
+      });
       if (code !== 0) throw new CommanderError(code, 'vigil.replay', 'replay finished with problems');
     });
 
@@ -136,8 +294,8 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
     .action(async (raw) => {
       const a = parseArgs(z.strictObject({ config: ConfigArg }), raw, 'watchdog tick');
       const { runTick } = await import('../opencode/watchdog/tick.ts');
-      const cfg = await loadConfigWithPlugins({ registry: createRegistry(), file: a.config });
-      const r = await runTick({ config: cfg, logger: createLogger({ level: process.env.VIGIL_LOG_LEVEL ?? 'warn' }) });
+      const cfg = await loadConfigWithPlugins({ registry: createRegistry(), file: a.config, env });
+      const r = await runTick({ config: cfg, logger: createLogger({ level: env.VIGIL_LOG_LEVEL ?? 'warn' }) });
       const line = `watchdog tick: ${r.status} servers=${r.servers} sessions=${r.sessions} flagged=${r.flagged} model_calls=${r.model_calls} service=${r.service}${r.alerted ? ' alerted' : ''}${r.error ? ` (${r.error})` : ''}\n`;
       // skipped, idle and blind are normal outcomes for a timer; only a failed tick is an error
       if (r.status === 'error') {
@@ -150,12 +308,113 @@ export function buildProgram(io: { out: (s: string) => void; err: (s: string) =>
   return program;
 }
 
-function defaultIo() {
-  return { out: (s: string) => process.stdout.write(s), err: (s: string) => process.stderr.write(s) };
+interface Row {
+  session: string;
+  agent: string | null;
+  root: string;
+  verdict: 'ok' | 'stalling' | 'looping';
+  stage: number;
+  reason: string;
+  last_event_at: string | null;
+  [k: string]: unknown;
 }
 
-export async function main(argv: string[]): Promise<number> {
-  const program = buildProgram();
+const RANK = { looping: 0, stalling: 1, ok: 2 } as const;
+
+function sortRows(rows: Row[]): Row[] {
+  return [...rows].sort(
+    (a, b) =>
+      RANK[a.verdict] - RANK[b.verdict] || String(b.last_event_at ?? '').localeCompare(String(a.last_event_at ?? '')),
+  );
+}
+
+function sessionsTable(rows: Row[], total: number): string {
+  const num = (v: unknown, digits = 0) => (typeof v === 'number' ? v.toFixed(digits) : null);
+  const out = table(
+    ['SESSION', 'AGENT', 'VERDICT', 'STAGE', 'TURNS', 'USD', 'TOP REPEATED', 'LAST', 'REASON'],
+    rows.map((r) => [
+      cut(r.session, 32),
+      cut(r.agent, 20),
+      r.verdict,
+      r.stage || null,
+      num(r.turns_since_landed),
+      num(r.usd_since_landed, 2),
+      r.top_target ? `${cut(r.top_target, 30)} x${r.top_count}` : null,
+      ago(r.last_event_at),
+      cut(r.reason, 70),
+    ]),
+  );
+  return `${out}${rows.length < total ? `(${rows.length} of ${total} sessions)\n` : ''}`;
+}
+
+interface Health {
+  ok: boolean;
+  version: string;
+  backend: string;
+  redis: string;
+  mode: string;
+  queue_depth?: number | null;
+  channels: ChannelStatus[];
+  knobs: Explained[];
+  watchdog: { last_tick_at: string; age_s: number; result: { status: string } } | null;
+}
+
+async function statusText(r: Remote): Promise<string> {
+  const [h, rows, alerts, deliveries] = await Promise.all([
+    call<Health>(r, 'GET', '/health'),
+    call<Row[]>(r, 'GET', '/sessions?limit=10000'),
+    call<{ dedup_key: string; severity: string; title: string; updated_at: number }[]>(r, 'GET', '/alerts'),
+    call<{ at: number; channel: string; outcome: string; reason?: string; title: string; test?: boolean }[]>(
+      r,
+      'GET',
+      '/deliveries?limit=200',
+    ),
+  ]);
+  let out = `vigil ${h.version} at ${r.url}: ${h.ok ? 'ok' : 'DEGRADED'} (backend ${h.backend}, redis ${h.redis}, mode ${h.mode}, queue ${h.queue_depth ?? '-'})\n`;
+  out += `watchdog: ${h.watchdog ? `${h.watchdog.result.status}, last tick ${ago(h.watchdog.last_tick_at)} ago` : 'never reported'}\n`;
+  out += '\nchannels\n';
+  for (const c of h.channels) {
+    const last = c.last_delivery ? `; last ${c.last_delivery.outcome} ${ago(c.last_delivery.at)} ago` : '';
+    out += `  ${channelLine(c)}${last}\n`;
+  }
+  if (!h.channels.length) out += '  (none: alerts go nowhere)\n';
+  if (h.knobs.length) {
+    out += '\nknobs not at their default\n';
+    for (const k of h.knobs) out += `  ${sourceLine(k)}\n`;
+  }
+  const n = (v: string) => rows.filter((x) => x.verdict === v).length;
+  out += `\nsessions: ${rows.length} (${n('looping')} looping, ${n('stalling')} stalling, ${n('ok')} ok)\n`;
+  const flagged = sortRows(rows).filter((x) => x.verdict !== 'ok');
+  if (flagged.length) out += sessionsTable(flagged.slice(0, 10), flagged.length).replace(/^/gm, '  ');
+  out += `\nopen alerts: ${alerts.length}\n`;
+  if (alerts.length) {
+    out += table(
+      ['SEVERITY', 'SINCE', 'INCIDENT', 'TITLE'],
+      alerts.slice(0, 10).map((a) => [a.severity, when(a.updated_at), cut(a.dedup_key, 40), cut(a.title, 60)]),
+    ).replace(/^/gm, '  ');
+  }
+  const failed = deliveries.filter((d) => d.outcome === 'failed').slice(0, 5);
+  out += `\nrecent failed deliveries: ${failed.length}\n`;
+  if (failed.length) {
+    out += table(
+      ['AT', 'CHANNEL', 'TITLE', 'REASON'],
+      failed.map((d) => [when(d.at), d.channel, cut(`${d.test ? '[test] ' : ''}${d.title}`, 40), cut(d.reason, 80)]),
+    ).replace(/^/gm, '  ');
+  }
+  return out;
+}
+
+function defaultIo(): Io {
+  return {
+    out: (s: string) => process.stdout.write(s),
+    err: (s: string) => process.stderr.write(s),
+    tty: process.stderr.isTTY === true,
+  };
+}
+
+/** Runs the CLI; expected failures print one line (no stack trace) and give the exit code. */
+export async function main(argv: string[], io: Io = defaultIo()): Promise<number> {
+  const program = buildProgram(io);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return 0;
@@ -164,23 +423,29 @@ export async function main(argv: string[]): Promise<number> {
       if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.code === 'commander.help')
         return 0;
       if (e.code.startsWith('vigil.')) {
-        if (e.code === 'vigil.args') process.stderr.write(`${e.message}\n`);
+        if (e.code === 'vigil.args') io.err(`${e.message}\n`);
         return e.exitCode;
       }
       return e.exitCode || 2;
     }
     if (e instanceof ConfigError) {
-      process.stderr.write(`config invalid:\n  ${e.problems.join('\n  ')}\n`);
+      io.err(`config invalid:\n  ${e.problems.join('\n  ')}\n`);
       return 1;
     }
-    process.stderr.write(`vigil: ${isAppError(e) ? e.message : ((e as Error).stack ?? String(e))}\n`);
+    if (isAppError(e)) {
+      io.err(`vigil: ${e.message}\n`);
+      return 1;
+    }
+    // Anything else is a bug: the stack helps whoever reports it.
+    io.err(`vigil: ${(e as Error).stack ?? String(e)}\n`);
     return 1;
   }
 }
 
 const isMain = process.argv[1] && /vigil(\.mjs)?$|cli\/main\.ts$/.test(process.argv[1]);
 if (isMain) {
-  const code = await main(process.argv.slice(2));
+  const args = process.argv.slice(2);
+  const code = await main(args);
   // serve keeps running; everything else exits with its code.
-  if (code !== 0 || !process.argv.slice(2).includes('serve')) process.exit(code);
+  if (code !== 0 || args[0] !== 'serve') process.exit(code);
 }

@@ -131,6 +131,14 @@ export function rootSchema(registry: Registry) {
       return z.NEVER;
     }
     const entry = raw as Record<string, unknown>;
+    if ('remove' in entry) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['remove'],
+        message: `no channel named ${JSON.stringify(entry.name)} below this file to remove`,
+      });
+      return z.NEVER;
+    }
     const type = entry.type;
     if (typeof type !== 'string' || !registry.channels.has(type)) {
       const known = registry.channelTypes().join(', ');
@@ -219,19 +227,42 @@ export function formatIssues(issues: readonly z.core.$ZodIssue[]): string[] {
 /** Deep merge for the overlay: objects merge key by key, arrays and scalars replace. */
 export function mergeConfig(base: unknown, overlay: unknown): unknown {
   if (overlay === undefined) return base;
-  if (
-    base &&
-    overlay &&
-    typeof base === 'object' &&
-    typeof overlay === 'object' &&
-    !Array.isArray(base) &&
-    !Array.isArray(overlay)
-  ) {
-    const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
-    for (const [k, v] of Object.entries(overlay as Record<string, unknown>)) out[k] = mergeConfig(out[k], v);
+  if (isPlainObject(base) && isPlainObject(overlay)) {
+    const out: Record<string, unknown> = { ...base };
+    for (const [k, v] of Object.entries(overlay)) out[k] = mergeConfig(out[k], v);
     return out;
   }
   return overlay;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return Boolean(v) && typeof v === 'object' && !Array.isArray(v);
+}
+
+/**
+ * How a config FILE merges into what is below it: as mergeConfig, except that
+ * `notifications.channels` merges by `name`. An entry with a name already there merges
+ * into it key by key, a new name is appended, `{name, remove: true}` drops that channel,
+ * and an empty list clears the channels. So a file that adds a webhook keeps the default
+ * desktop channel. (An embedder's overlay object states final lists: they replace.)
+ */
+export function mergeConfigFile(base: unknown, file: unknown): unknown {
+  const merged = mergeConfig(base, file);
+  const channels = (v: unknown) =>
+    isPlainObject(v) && isPlainObject(v.notifications) ? v.notifications.channels : undefined;
+  const below = channels(base);
+  const over = channels(file);
+  if (!Array.isArray(below) || !Array.isArray(over) || over.length === 0) return merged;
+  const out: unknown[] = below.map((e) => e);
+  for (const entry of over) {
+    const name = isPlainObject(entry) ? entry.name : undefined;
+    const at = typeof name === 'string' ? out.findIndex((e) => isPlainObject(e) && e.name === name) : -1;
+    if (isPlainObject(entry) && entry.remove === true && at >= 0) out.splice(at, 1);
+    else if (at >= 0 && isPlainObject(entry)) out[at] = mergeConfig(out[at], entry);
+    else out.push(entry); // a `remove` of an unknown name stays, and validation names it
+  }
+  const m = merged as Record<string, Record<string, unknown>>;
+  return { ...m, notifications: { ...m.notifications, channels: out } };
 }
 
 function readYaml(path: string, what: string): unknown {
@@ -257,6 +288,8 @@ export interface LoadOptions {
   env?: NodeJS.ProcessEnv;
   /** Skip config/default.yaml (the schema defaults still apply). */
   noDefaults?: boolean;
+  /** Layers applied after the file and before the overlay object (`vigil serve`: HOST, PORT, --host, --port). */
+  extra?: Layer[];
 }
 
 export class ConfigError extends AppError {
@@ -279,17 +312,31 @@ export function knownSections(registry: Registry): Set<string> {
 export function readRawConfig(opts: Omit<LoadOptions, 'registry'> & { registry?: Registry }): {
   raw: unknown;
   file?: string;
+  layers: Layer[];
 } {
   const env = opts.env ?? process.env;
-  let raw: unknown = opts.noDefaults ? {} : readYaml(DEFAULT_CONFIG_PATH, 'default config');
-  if (opts.registry && raw && typeof raw === 'object') {
+  let defaults: unknown = opts.noDefaults ? {} : readYaml(DEFAULT_CONFIG_PATH, 'default config');
+  if (opts.registry && defaults && typeof defaults === 'object') {
     const known = knownSections(opts.registry);
-    raw = Object.fromEntries(Object.entries(raw as Record<string, unknown>).filter(([k]) => known.has(k)));
+    defaults = Object.fromEntries(Object.entries(defaults as Record<string, unknown>).filter(([k]) => known.has(k)));
   }
+  const layers: Layer[] = [{ source: 'default', raw: defaults }];
+  let raw = defaults;
   const file = opts.file ?? env.VIGIL_CONFIG;
-  if (file) raw = mergeConfig(raw, readYaml(file, 'config'));
-  if (opts.overlay !== undefined) raw = mergeConfig(raw, opts.overlay);
-  return { raw, ...(file ? { file } : {}) };
+  if (file) {
+    const fileRaw = readYaml(file, 'config');
+    layers.push({ source: 'file', raw: fileRaw });
+    raw = mergeConfigFile(raw, fileRaw);
+  }
+  for (const l of opts.extra ?? []) {
+    layers.push(l);
+    raw = mergeConfig(raw, l.raw);
+  }
+  if (opts.overlay !== undefined) {
+    layers.push({ source: 'overlay', raw: opts.overlay });
+    raw = mergeConfig(raw, opts.overlay);
+  }
+  return { raw, layers, ...(file ? { file } : {}) };
 }
 
 /**
@@ -299,7 +346,39 @@ export function readRawConfig(opts: Omit<LoadOptions, 'registry'> & { registry?:
  * Plugin modules under `plugins:` are not imported here: see loadConfigWithPlugins.
  */
 export function loadConfig(opts: LoadOptions): Readonly<VigilConfig> {
-  return validateConfig(opts.registry, readRawConfig(opts).raw, opts.env ?? process.env);
+  const { raw, layers } = readRawConfig(opts);
+  return validateLayers(opts.registry, raw, layers, opts.env ?? process.env);
+}
+
+function validateLayers(registry: Registry, raw: unknown, layers: Layer[], env: NodeJS.ProcessEnv): VigilConfig {
+  try {
+    return withLayers(validateConfig(registry, raw, env), layers);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new ConfigError(e.problems.map((p) => channelPathAsWritten(p, raw, layers)));
+    throw e;
+  }
+}
+
+/**
+ * A file's channels merge by name, so an entry's index in the merged list may not be
+ * the one its author wrote: a problem names the index in the layer that wrote it.
+ */
+function channelPathAsWritten(problem: string, raw: unknown, layers: readonly Layer[]): string {
+  const m = /^notifications\.channels\[(\d+)\]/.exec(problem);
+  if (!m) return problem;
+  const merged = rawAt(raw, ['notifications', 'channels']).value;
+  const entry = Array.isArray(merged) ? merged[Number(m[1])] : undefined;
+  const name = isPlainObject(entry) ? entry.name : undefined;
+  if (typeof name !== 'string') return problem;
+  for (let i = layers.length - 1; i >= 0; i--) {
+    const list = rawAt(layers[i].raw, ['notifications', 'channels']).value;
+    if (!Array.isArray(list)) continue;
+    const i0 = Number(m[1]);
+    const same = isPlainObject(list[i0]) && list[i0].name === name;
+    const j = same ? i0 : list.findIndex((e) => isPlainObject(e) && e.name === name);
+    if (j >= 0) return `notifications.channels[${j}]${problem.slice(m[0].length)}`;
+  }
+  return problem;
 }
 
 const PluginList = z.array(z.string().min(1).max(1024)).max(100);
@@ -327,7 +406,8 @@ export async function loadConfigWithPlugins(opts: LoadOptions): Promise<Readonly
     }
   }
   // With the plugins registered, the defaults file can be read for what exists now.
-  return validateConfig(opts.registry, readRawConfig(opts).raw, opts.env ?? process.env);
+  const { raw: all, layers } = readRawConfig(opts);
+  return validateLayers(opts.registry, all, layers, opts.env ?? process.env);
 }
 
 export function validateConfig(registry: Registry, raw: unknown, env: NodeJS.ProcessEnv = process.env): VigilConfig {
@@ -363,22 +443,143 @@ export function secretRefs(
   return out;
 }
 
-const SECRET_KEY = /(secret|token|password|passwd|api[_-]?key|routing[_-]?key|authorization|auth)$/i;
+// ---------------------------------------------------------------------------
+// where each value comes from
 
-/** The effective config for display: secret-looking values and auth headers masked; `*_env` names kept. */
+/**
+ * Where a value was set: config/default.yaml (or a schema default), the config file,
+ * the environment (HOST, PORT), a command-line flag, an embedder's overlay object, or at
+ * run time (PATCH /knobs, saved in the store).
+ */
+export type Source = 'default' | 'file' | 'env' | 'flag' | 'overlay' | 'runtime';
+
+/** One raw (unvalidated) layer of the config, lowest first. */
+export interface Layer {
+  source: Source;
+  raw: unknown;
+}
+
+const LAYERS = new WeakMap<object, Layer[]>();
+
+function withLayers<T extends object>(cfg: T, layers: Layer[]): T {
+  LAYERS.set(cfg, layers);
+  return cfg;
+}
+
+/** The raw layers a loaded config was merged from (none for a config built by hand). */
+export function configLayers(cfg: object): readonly Layer[] {
+  return LAYERS.get(cfg) ?? [];
+}
+
+/** The effective value at a dotted path, its source, and what the layers below it said. */
+export interface Explained {
+  path: string;
+  value: unknown;
+  source: Source;
+  /** Raw values of lower layers that this one overrides (durations as written). */
+  overrides?: Partial<Record<Source, unknown>>;
+}
+
+function rawAt(raw: unknown, path: readonly string[]): { has: boolean; value?: unknown } {
+  let v = raw;
+  for (const k of path) {
+    if (!isPlainObject(v) || !(k in v)) return { has: false };
+    v = v[k];
+  }
+  return { has: true, value: v };
+}
+
+/**
+ * Every leaf of `sections` in `effective` (objects are walked, lists and scalars are
+ * leaves) with the highest layer that set it. A leaf no layer set is a `default`.
+ */
+export function explain(
+  effective: Record<string, unknown>,
+  layers: readonly Layer[],
+  sections: readonly string[],
+): Explained[] {
+  const out: Explained[] = [];
+  const walk = (v: unknown, path: string[]) => {
+    if (isPlainObject(v) && Object.keys(v).length) {
+      for (const [k, x] of Object.entries(v)) walk(x, [...path, k]);
+      return;
+    }
+    let source: Source = 'default';
+    for (const l of layers) if (rawAt(l.raw, path).has) source = l.source;
+    const overrides: Partial<Record<Source, unknown>> = {};
+    for (const l of layers) {
+      const r = rawAt(l.raw, path);
+      if (r.has && l.source !== source) overrides[l.source] = r.value;
+    }
+    // Shown in logs, /health and config check: masked like the config itself.
+    const show = (x: unknown) => redactAt(path, x);
+    for (const k of Object.keys(overrides) as Source[]) overrides[k] = show(overrides[k]);
+    out.push({ path: path.join('.'), value: show(v), source, ...(Object.keys(overrides).length ? { overrides } : {}) });
+  };
+  for (const s of sections) if (s in effective) walk(effective[s], [s]);
+  return out;
+}
+
+/** Per channel name, the highest layer whose channel list names it. */
+export function channelSources(cfg: VigilConfig): Record<string, Source> {
+  const out: Record<string, Source> = {};
+  for (const ch of cfg.notifications.channels) {
+    let source: Source = 'default';
+    for (const l of configLayers(cfg)) {
+      const list = rawAt(l.raw, ['notifications', 'channels']);
+      if (!list.has || !Array.isArray(list.value)) continue;
+      if (l.source === 'overlay' || list.value.some((e) => isPlainObject(e) && e.name === ch.name)) source = l.source;
+    }
+    out[ch.name] = source;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// redaction
+
+const SECRET_KEY = /(secret|token|password|passwd|api[_-]?key|routing[_-]?key|authorization|auth)$/i;
+const REDACTED = '[REDACTED]';
+
+/**
+ * A URL fit to print: user and password, and every query value, masked (query values
+ * carry tokens more often than not). Anything that is not a URL comes back unchanged.
+ */
+export function redactUrl(v: string): string {
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(v)) return v;
+  let out = v.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]*@/i, `$1${REDACTED}@`);
+  out = out.replace(/([?&][^=&#\s]+)=[^&#\s]*/g, `$1=${REDACTED}`);
+  return out;
+}
+
+/**
+ * The effective config for display: values under secret-looking keys, every header
+ * value (`headers`), credentials and query values in URLs are masked. Names of env
+ * variables (`*_env` options, `headers_env` values) are kept: they are not secrets.
+ */
 export function redactConfig(cfg: unknown): unknown {
-  const walk = (v: unknown, key: string): unknown => {
-    if (Array.isArray(v)) return v.map((x) => walk(x, key));
+  const walk = (v: unknown, key: string, inEnvMap: boolean, inHeaders: boolean): unknown => {
+    if (Array.isArray(v)) return v.map((x) => walk(x, key, inEnvMap, inHeaders));
     if (v && typeof v === 'object') {
       const o: Record<string, unknown> = {};
-      for (const [k, x] of Object.entries(v)) o[k] = walk(x, k);
+      for (const [k, x] of Object.entries(v)) o[k] = walk(x, k, key.endsWith('_env'), key === 'headers');
       return o;
     }
-    if (typeof v === 'string' && !key.endsWith('_env') && SECRET_KEY.test(key)) return '[REDACTED]';
-    if (typeof v === 'string' && /^[a-z]+:\/\/[^/\s]*@/i.test(v)) return v.replace(/\/\/[^/@\s]*@/, '//[REDACTED]@');
-    return v;
+    if (typeof v !== 'string') return v;
+    if (key.endsWith('_env') || inEnvMap) return v;
+    if (inHeaders || SECRET_KEY.test(key)) return REDACTED;
+    return redactUrl(v);
   };
-  return walk(cfg, '');
+  return walk(cfg, '', false, false);
+}
+
+/** A value at a config path, masked as redactConfig would mask it there. */
+function redactAt(path: readonly string[], v: unknown): unknown {
+  let wrapped: unknown = v;
+  for (let i = path.length - 1; i >= 0; i--) wrapped = { [path[i]]: wrapped };
+  let out = redactConfig(wrapped);
+  for (const k of path) out = (out as Record<string, unknown>)[k];
+  return out;
 }
 
 /** Flattens channel entries back to the shape an operator writes (for display). */

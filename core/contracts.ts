@@ -27,6 +27,12 @@ export interface Channel {
   readonly type: string;
   readonly name: string;
   send(alert: Alert, signal: AbortSignal): Promise<void>;
+  /**
+   * Why the channel cannot deliver on this machine (a missing binary, no session bus),
+   * or undefined when it can. Cheap and local (no network): shown at startup and in
+   * /health, so a channel that would fail every alert is seen before the first alert.
+   */
+  ready?(): string | undefined | Promise<string | undefined>;
 }
 
 /**

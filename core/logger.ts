@@ -1,4 +1,6 @@
+import { Writable } from 'node:stream';
 import { type Logger, pino } from 'pino';
+import { AppError } from './errors.ts';
 
 export type { Logger };
 
@@ -51,13 +53,32 @@ function scrubDeep(v: unknown, depth = 0): unknown {
 }
 
 export interface LoggerOptions {
+  /** pino level; default $VIGIL_LOG_LEVEL, else info. */
   level?: string;
   /** Where to write; defaults to stdout. Tests pass a stream to capture lines. */
   destination?: NodeJS.WritableStream;
+  /** json (one object per line) or pretty (one readable line); default $VIGIL_LOG_FORMAT, else pretty on a terminal. */
+  format?: 'json' | 'pretty';
+}
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** The level and format from options and env, checked: a typo in VIGIL_LOG_LEVEL names itself. */
+export function logSettings(opts: LoggerOptions = {}, env: NodeJS.ProcessEnv = process.env) {
+  const level = opts.level ?? env.VIGIL_LOG_LEVEL ?? 'info';
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) {
+    throw new AppError('CONFIG_INVALID', `VIGIL_LOG_LEVEL: "${level}" is not one of ${LOG_LEVELS.join(', ')}`);
+  }
+  const format = opts.format ?? env.VIGIL_LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json');
+  if (format !== 'json' && format !== 'pretty') {
+    throw new AppError('CONFIG_INVALID', `VIGIL_LOG_FORMAT: "${format}" is not json or pretty`);
+  }
+  return { level, format: format as 'json' | 'pretty' };
 }
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
-  const level = opts.level ?? process.env.VIGIL_LOG_LEVEL ?? 'info';
+  const { level, format } = logSettings(opts);
+  const out = (opts.destination ?? pino.destination(1)) as NodeJS.WritableStream;
   return pino(
     {
       name: 'vigil',
@@ -71,8 +92,52 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
         },
       },
     },
-    (opts.destination as never) ?? pino.destination(1),
+    (format === 'pretty' ? prettyStream(out) : out) as never,
   );
+}
+
+const LEVEL_NAMES: Record<number, string> = {
+  10: 'TRACE',
+  20: 'DEBUG',
+  30: 'INFO',
+  40: 'WARN',
+  50: 'ERROR',
+  60: 'FATAL',
+};
+const OMIT = new Set(['level', 'time', 'pid', 'hostname', 'name', 'msg']);
+
+/** One pino JSON line as a readable one: `12:00:01.250 WARN  message key=value ...`. */
+export function prettyLine(json: string): string {
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(json);
+  } catch {
+    return json.endsWith('\n') ? json : `${json}\n`;
+  }
+  const t = typeof o.time === 'number' ? new Date(o.time).toISOString().slice(11, 23) : '';
+  const lv = (LEVEL_NAMES[o.level as number] ?? String(o.level)).padEnd(5);
+  const rest = Object.entries(o)
+    .filter(([k]) => !OMIT.has(k))
+    .map(([k, v]) => `${k}=${typeof v === 'string' && !/\s/.test(v) ? v : JSON.stringify(v)}`)
+    .join(' ');
+  return `${t} ${lv} ${String(o.msg ?? '')}${rest ? `  ${rest}` : ''}\n`;
+}
+
+/** A stream that turns pino's JSON lines into prettyLine()s on `out` (no pino-pretty needed). */
+export function prettyStream(out: NodeJS.WritableStream): Writable {
+  let buf = '';
+  return new Writable({
+    write(chunk, _enc, cb) {
+      buf += String(chunk);
+      let i = buf.indexOf('\n');
+      while (i >= 0) {
+        out.write(prettyLine(buf.slice(0, i)));
+        buf = buf.slice(i + 1);
+        i = buf.indexOf('\n');
+      }
+      cb();
+    },
+  });
 }
 
 /** A logger that drops everything: the default in tests and library use. */

@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 /** Prometheus metrics of one Vigil instance (its own registry, so tests and embedders do not collide). */
 export class Metrics {
@@ -68,7 +68,15 @@ export class Metrics {
     buckets: [0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1],
     registers: [this.registry],
   });
+  readonly detectionSeconds = new Histogram({
+    name: 'vigil_detection_seconds',
+    help: 'From the input that flagged a session (its event time) to the verdict: sensor delay plus judging',
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 1800],
+    registers: [this.registry],
+  });
   readonly queueDepth: Gauge;
+  readonly queueOldest: Gauge;
+  private processMetrics = false;
   /** Labelled children resolved once: the hot path does no label hashing. */
   private readonly byKind = new Map<string, Counter.Internal>();
 
@@ -87,13 +95,39 @@ export class Metrics {
     this.judgeSeconds.observe((performance.now() - t0) / 1000);
   }
 
-  constructor(depth: () => Promise<number>) {
+  /** Records how long after its input's event time a session was flagged. */
+  detected(eventTs: number, now: number): void {
+    this.detectionSeconds.observe(Math.max(0, now - eventTs) / 1000);
+  }
+
+  /** Adds the process metrics (CPU, memory, event loop lag, handles): once, for the service. */
+  collectProcess(): void {
+    if (this.processMetrics) return;
+    this.processMetrics = true;
+    collectDefaultMetrics({ register: this.registry });
+  }
+
+  /**
+   * `depth`: jobs waiting, delayed or running. `oldest`: the time (epoch ms) of the
+   * oldest such job's alert, when the queue can tell; `now` for its age.
+   */
+  constructor(depth: () => Promise<number>, oldest?: () => Promise<number | undefined>, now: () => number = Date.now) {
     this.queueDepth = new Gauge({
       name: 'vigil_alert_queue_depth',
       help: 'Alert deliveries waiting, delayed or running',
       registers: [this.registry],
       async collect() {
         this.set(await depth().catch(() => -1));
+      },
+    });
+    this.queueOldest = new Gauge({
+      name: 'vigil_alert_queue_oldest_seconds',
+      help: 'Age of the oldest alert delivery still waiting, delayed or running (0 when none)',
+      registers: [this.registry],
+      async collect() {
+        if (!oldest) return;
+        const at = await oldest().catch(() => undefined);
+        this.set(at === undefined ? 0 : Math.max(0, now() - at) / 1000);
       },
     });
   }

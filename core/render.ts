@@ -3,17 +3,30 @@ import type { Alert } from './alert.ts';
 // Channels without a lifecycle (desktop, SMS, chat) render the same way, so the
 // wording exists once: trigger and escalate as a message, resolve as "recovered".
 
-/** A short title for the transition. */
+// A test alert says TEST once per message: the renderers add the mark, so a title that
+// already carries one loses it here.
+const bare = (a: Alert) => (a.test ? a.title.replace(/^TEST\b:?\s*/i, '') : a.title);
+
+/** A short title for the transition (`TEST: ...` for a test alert). */
 export function renderTitle(a: Alert): string {
-  const prefix = a.state === 'resolve' ? 'Recovered' : a.state === 'escalate' ? 'Escalated' : undefined;
-  return ascii(prefix ? `${prefix}: ${a.title}` : a.title);
+  const prefix = a.test
+    ? 'TEST'
+    : a.state === 'resolve'
+      ? 'Recovered'
+      : a.state === 'escalate'
+        ? 'Escalated'
+        : undefined;
+  return ascii(prefix ? `${prefix}: ${bare(a)}` : a.title);
 }
 
-/** One line that says what happened. */
-export function renderLine(a: Alert): string {
-  if (a.state === 'resolve') return ascii(`recovered: ${a.title}`);
+/**
+ * One line that says what happened. `mark: false` leaves out the TEST mark, for a
+ * channel that shows the line under renderTitle() (which carries it).
+ */
+export function renderLine(a: Alert, o: { mark?: boolean } = {}): string {
+  if (a.state === 'resolve') return ascii(`recovered: ${bare(a)}`);
   const sev = a.severity === 'critical' ? 'CRITICAL' : a.severity === 'warning' ? 'WARNING' : 'INFO';
-  return ascii(`${a.test ? 'TEST ' : ''}${sev} ${a.title}: ${a.summary}`);
+  return ascii(`${a.test && o.mark !== false ? 'TEST ' : ''}${sev} ${bare(a)}: ${a.summary}`);
 }
 
 /** Cut to `max` characters on a word boundary where possible, ending in "...". */

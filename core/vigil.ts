@@ -3,21 +3,35 @@ import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import type { z } from 'zod';
 import { type Clock, systemClock } from './clock.ts';
-import { type ChannelEntry, ConfigError, formatIssues, loadConfigWithPlugins, type VigilConfig } from './config.ts';
+import {
+  type ChannelEntry,
+  ConfigError,
+  channelSources,
+  configLayers,
+  type Explained,
+  explain,
+  formatIssues,
+  type Layer,
+  loadConfigWithPlugins,
+  redactUrl,
+  type Source,
+  type VigilConfig,
+} from './config.ts';
 import type { Channel, Detector, Mode, ModeInfo, Origin, Transition } from './contracts.ts';
 import { type Driven, Engine } from './engine.ts';
 import { AppError } from './errors.ts';
-import { Knobs } from './knobs.ts';
+import { ChannelToggles, Knobs } from './knobs.ts';
 import { type Logger, registerSecret, silentLogger } from './logger.ts';
 import { Lru } from './lru.ts';
 import { Metrics } from './metrics.ts';
 import { BullQueue } from './notifier/bullmq-queue.ts';
 import { Deliverer } from './notifier/deliverer.ts';
-import { DeliveryLog } from './notifier/delivery-log.ts';
+import { DeliveryLog, type DeliveryRecord } from './notifier/delivery-log.ts';
 import { MemoryQueue } from './notifier/memory-queue.ts';
 import { Notifier } from './notifier/notifier.ts';
 import type { AlertQueue } from './notifier/queue.ts';
 import type { Registry } from './registry.ts';
+import { keys } from './store/keys.ts';
 import { MemoryStore } from './store/memory.ts';
 import { RedisStore } from './store/redis.ts';
 import type { Store } from './store/store.ts';
@@ -27,6 +41,7 @@ import {
   type GateAnswer,
   type GateQuery,
   type Heartbeat,
+  type ProgressEvent,
   type ProgressEventInput,
   ProgressEventSchema,
   type RequestRecordInput,
@@ -51,6 +66,8 @@ export interface KernelOptions {
   /** An already validated config; otherwise it is loaded (default.yaml + file + overlay, plugins included). */
   config?: VigilConfig;
   configFile?: string;
+  /** Layers between the file and the overlay object (`vigil serve`: HOST, PORT and its flags). */
+  extra?: Layer[];
   overlay?: unknown;
   env?: NodeJS.ProcessEnv;
   logger?: Logger;
@@ -85,6 +102,8 @@ export class Vigil {
   readonly deliveryLog: DeliveryLog;
   readonly deliverer: Deliverer;
   readonly knobs: Knobs;
+  /** Runtime channel toggles, saved in the store and applied through the notifier. */
+  readonly toggles: ChannelToggles;
   readonly metrics: Metrics;
   readonly tree: SessionTree;
   readonly engine: Engine;
@@ -126,7 +145,13 @@ export class Vigil {
       this.events.emit('knobs', k);
     });
     c.register(TOKENS.Knobs, { useValue: this.knobs });
-    this.metrics = new Metrics(() => queue.depth());
+    // The age of the oldest job needs the queue's help: used when the queue offers oldestAt().
+    const q = queue as AlertQueue & { oldestAt?: () => Promise<number | undefined> };
+    this.metrics = new Metrics(
+      () => queue.depth(),
+      q.oldestAt ? () => q.oldestAt!() : undefined,
+      () => clock.now(),
+    );
     c.register(TOKENS.Metrics, { useValue: this.metrics });
     this.tree = new SessionTree(store, clock);
     c.register(TOKENS.Tree, { useValue: this.tree });
@@ -156,15 +181,26 @@ export class Vigil {
       store,
       this.metrics,
     );
+    // The notifier logs its own suppressions (quiet window, rate limit); the deliverer
+    // counts everything else. This view of the same log counts those too.
+    const metrics = this.metrics;
+    const notifierLog = Object.create(this.deliveryLog) as DeliveryLog;
+    notifierLog.record = (r: DeliveryRecord) => {
+      metrics.deliveries.inc({ channel: r.channel, outcome: r.outcome });
+      return this.deliveryLog.record(r);
+    };
     this.notifier = new Notifier(
       n.channels as ChannelEntry[],
       store,
       queue,
-      this.deliveryLog,
+      notifierLog,
       clock,
       logger.child({ part: 'notifier' }),
     );
     this.deliverer.onGone = (name, reason) => this.notifier.channelGone(name, reason);
+    this.toggles = new ChannelToggles(n.channels as ChannelEntry[], store, (name, t) => {
+      this.notifier.setChannel(name, t);
+    });
     c.register(TOKENS.Notifier, { useValue: this.notifier });
 
     c.register(TOKENS.ModeInfo, {
@@ -216,7 +252,23 @@ export class Vigil {
    * naming the field; nothing is judged then). The engine takes them parsed.
    */
   progress(input: ProgressEventInput | readonly ProgressEventInput[], origin: Origin = {}) {
-    return this.engine.progress(parseAll(ProgressEventSchema, input, 'progress'), origin);
+    return this.judge(parseAll(ProgressEventSchema, input, 'progress'), origin);
+  }
+
+  /** Parsed progress events through the engine, timing each session's first flag (the HTTP route's path too). */
+  async judge(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
+    const out = await this.engine.progress(events, origin);
+    if (!out.length) return out;
+    const now = this.clock.now();
+    const latest = new Map<string, number>();
+    for (const e of events) latest.set(e.session_id, Math.max(latest.get(e.session_id) ?? 0, e.ts));
+    const newest = Math.max(...latest.values());
+    for (const t of out) {
+      if (t.subject.kind !== 'session' || t.from !== 'ok' || t.to === 'ok') continue;
+      // A parent flagged through a child's roll-up has no event of its own here.
+      this.metrics.detected(latest.get(t.subject.id) ?? newest, now);
+    }
+    return out;
   }
 
   /** LLM request records from an embedder (a router that streams), validated like the HTTP body. */
@@ -239,6 +291,7 @@ export class Vigil {
       return await Promise.race([this.engine.check(q), late]);
     } catch (err) {
       this.metrics.gateErrors.inc({ answer: g.on_error });
+      this.metrics.gate.inc({ action: g.on_error });
       this.logger.warn(
         { err: (err as Error).message, answer: g.on_error },
         'gate check failed; answered by gate.on_error',
@@ -249,6 +302,45 @@ export class Vigil {
     } finally {
       clearTimeout(t);
     }
+  }
+
+  /**
+   * Each channel: whether it is enabled and ready on this machine (its own check, no
+   * network), where it was configured, a runtime toggle, and its last final delivery.
+   */
+  async channelStatus(o: { deliveries?: boolean } = {}): Promise<ChannelStatus[]> {
+    // The last 100 rows are enough to show a channel's latest outcome; none when the store is down.
+    const recent = o.deliveries === false ? [] : await this.deliveryLog.recent(100).catch(() => []);
+    const sources = channelSources(this.config);
+    const toggled = this.toggles.saved();
+    const out: ChannelStatus[] = [];
+    for (const e of this.notifier.channels()) {
+      let why: string | undefined;
+      try {
+        why = await this.channels.get(e.name)?.ready?.();
+      } catch (err) {
+        why = `readiness check failed: ${(err as Error).message}`;
+      }
+      const last = recent.find((r) => r.channel === e.name && r.outcome !== 'retried');
+      out.push({
+        name: e.name,
+        type: e.type,
+        enabled: e.enabled,
+        ready: why === undefined,
+        ...(why !== undefined ? { reason: why } : {}),
+        source: sources[e.name] ?? 'default',
+        ...(toggled[e.name] ? { runtime: toggled[e.name] } : {}),
+        last_delivery: last
+          ? {
+              outcome: last.outcome,
+              at: last.at,
+              ...(last.reason ? { reason: last.reason } : {}),
+              ...(last.test ? { test: true } : {}),
+            }
+          : null,
+      });
+    }
+    return out;
   }
 
   /** A detector by type, typed by the caller. */
@@ -273,6 +365,7 @@ export class Vigil {
     if (this.started) return;
     this.started = true;
     await this.knobs.load();
+    await this.toggles.refresh();
     if (this.runWorker) await this.queue.start(this.deliverer);
     // Decisions and fan-outs a crash cut short (outbox entries without their effects) finish now.
     await this.engine
@@ -293,6 +386,13 @@ export class Vigil {
    * finished, and sessions past detection.max_sessions are forgotten (oldest first).
    */
   async tick(now = this.clock.now()): Promise<void> {
+    // Runtime knobs and channel toggles another instance changed take effect here.
+    await this.knobs
+      .refresh()
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'knobs refresh failed'));
+    await this.toggles
+      .refresh()
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'channel toggles refresh failed'));
     await this.trimSessions().catch((err) => this.logger.warn({ err: (err as Error).message }, 'session cap failed'));
     await this.engine.tick(now).catch((err) => this.logger.warn({ err: (err as Error).message }, 'tick failed'));
     await this.notifier
@@ -320,12 +420,28 @@ export class Vigil {
   }
 }
 
+/** One channel's state for /health, the startup log and `vigil status`. */
+export interface ChannelStatus {
+  name: string;
+  type: string;
+  enabled: boolean;
+  /** False when the channel's own check says it cannot deliver here (see reason). */
+  ready: boolean;
+  reason?: string;
+  /** Where the channel entry comes from. */
+  source: Source;
+  /** Runtime toggles in effect (PATCH /channels/:name). */
+  runtime?: Record<string, unknown>;
+  last_delivery: { outcome: DeliveryRecord['outcome']; at: number; reason?: string; test?: boolean } | null;
+}
+
 /** Builds and starts an instance from a registry and config (the package's createVigil adds the built-ins). */
 export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   const env = opts.env ?? process.env;
   const registry = opts.registry;
   const config =
-    opts.config ?? (await loadConfigWithPlugins({ registry, file: opts.configFile, overlay: opts.overlay, env }));
+    opts.config ??
+    (await loadConfigWithPlugins({ registry, file: opts.configFile, extra: opts.extra, overlay: opts.overlay, env }));
   const logger = opts.logger ?? silentLogger();
   const clock = opts.clock ?? systemClock;
   for (const ch of config.notifications.channels as ChannelEntry[]) {
@@ -345,6 +461,14 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   if (url) {
     registerSecret(url);
     store = new RedisStore({ url, prefix: config.store.key_prefix, timeoutMs: config.store.timeout });
+    // Unreachable at start: say where (never the password) instead of failing on the first read.
+    if (!(await (store as RedisStore).ping(Math.max(2_000, config.store.timeout as number)))) {
+      await store.close();
+      throw new AppError(
+        'STORE_UNAVAILABLE',
+        `Redis at ${redactUrl(url)} does not answer (store.redis_url_env: ${config.store.redis_url_env})`,
+      );
+    }
     queue = new BullQueue({ ...timing, url, prefix: `${config.store.key_prefix}:q`, logger });
   } else {
     store = new MemoryStore(clock);
@@ -355,19 +479,41 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
   return vigil;
 }
 
+/** What `vigil config check` shows besides the config: channels, where knobs come from, saved runtime state. */
+export interface ConfigReport {
+  config: Readonly<VigilConfig>;
+  channels: ChannelStatus[];
+  /** Knobs not at their default, runtime ones included when the store could be read. */
+  knobs: Explained[];
+  /** Saved channel toggles by channel (runtime). */
+  toggles: Record<string, unknown>;
+  /** Whether the saved runtime state was read, and from where. */
+  runtime: string;
+}
+
 /**
  * Everything `vigil serve` validates before it listens, without starting anything: the
  * config (plugins under `plugins:` loaded), every channel and detector built once.
- * Throws ConfigError naming each problem.
+ * Throws ConfigError naming each problem. With Redis configured it also reads the
+ * runtime knobs and toggles saved there (a restart applies them over the file).
  */
-export async function checkConfig(opts: KernelOptions): Promise<Readonly<VigilConfig>> {
+export async function inspectConfig(opts: KernelOptions): Promise<ConfigReport> {
   const env = opts.env ?? process.env;
   const config =
     opts.config ??
-    (await loadConfigWithPlugins({ registry: opts.registry, file: opts.configFile, overlay: opts.overlay, env }));
+    (await loadConfigWithPlugins({
+      registry: opts.registry,
+      file: opts.configFile,
+      extra: opts.extra,
+      overlay: opts.overlay,
+      env,
+    }));
   const clock = opts.clock ?? systemClock;
+  let url: string | undefined;
+  let channels: ChannelStatus[];
+  let knobs: Explained[];
   try {
-    redisUrlOf(config, env);
+    url = redisUrlOf(config, env);
     const v = new Vigil(
       opts.registry,
       config,
@@ -378,10 +524,37 @@ export async function checkConfig(opts: KernelOptions): Promise<Readonly<VigilCo
       env,
       false,
     );
+    channels = await v.channelStatus();
+    // The knob sections come from Knobs (runtime values join them below); the rest from the layers.
+    const rest = Object.keys(config).filter((k) => !v.knobs.sections().includes(k) && k !== 'plugins');
+    const fixed = explain(config, configLayers(config), rest).filter(
+      (e) => e.source !== 'default' && e.path !== 'notifications.channels',
+    );
+    knobs = [...fixed, ...v.knobs.overridden()];
     await v.close();
   } catch (e) {
     if (e instanceof ConfigError) throw e;
     throw new ConfigError([(e as Error).message]);
   }
-  return config;
+  if (!url) {
+    return { config, channels, knobs, toggles: {}, runtime: 'none: the memory backend keeps nothing across restarts' };
+  }
+  const store = new RedisStore({ url, prefix: config.store.key_prefix, timeoutMs: config.store.timeout });
+  try {
+    if (!(await store.ping(2_000))) {
+      return { config, channels, knobs, toggles: {}, runtime: `not read: Redis at ${redactUrl(url)} does not answer` };
+    }
+    const k = new Knobs(opts.registry, config, store, silentLogger());
+    await k.load();
+    const toggles = (await store.get<Record<string, unknown>>(keys.channelToggles)) ?? {};
+    const all = [...knobs.filter((e) => !k.sections().includes(e.path.split('.')[0])), ...k.overridden()];
+    return { config, channels, knobs: all, toggles, runtime: `read from Redis at ${redactUrl(url)}` };
+  } finally {
+    await store.close();
+  }
+}
+
+/** As inspectConfig, the config only (what embedders and tests call). */
+export async function checkConfig(opts: KernelOptions): Promise<Readonly<VigilConfig>> {
+  return (await inspectConfig(opts)).config;
 }

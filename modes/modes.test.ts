@@ -90,7 +90,7 @@ describe.each(backends())('response modes (%s)', (backend) => {
       `resolve/critical/${ROOT}`,
     ]);
     const warnings = await (await import('../service/server.ts')).buildServer(v).then(async (app) => {
-      const r = await app.inject({ method: 'GET', url: '/metrics' });
+      const r = await app.inject({ method: 'GET', url: '/warnings' });
       await app.close();
       return r.json();
     });

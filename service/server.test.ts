@@ -153,7 +153,7 @@ describe.runIf(withMemory)('service API', () => {
     expect(r.json().verdicts).toEqual([
       { session: 'ses_w', detector: 'no-progress', from: 'ok', to: 'looping', source: 'watchdog' },
     ]);
-    const warnings = (await app.inject({ method: 'GET', url: '/metrics' })).json();
+    const warnings = (await app.inject({ method: 'GET', url: '/warnings' })).json();
     expect(warnings).toEqual([
       expect.objectContaining({
         session: 'ses_w',
@@ -361,6 +361,35 @@ describe.runIf(withRedis)('service API on Redis', () => {
       });
       const b = await service({ backend: 'redis', prefix });
       expect(b.v.knobs.get<{ mode: string }>('modes').mode).toBe('auto_compact');
+    } finally {
+      await flushPrefix(prefix);
+    }
+  });
+
+  it('knobs and channel toggles changed on one instance reach the others on their tick; resets too', async () => {
+    const prefix = testPrefix();
+    try {
+      const a = await service({ backend: 'redis', prefix });
+      const b = await service({ backend: 'redis', prefix });
+      await a.app.inject({
+        method: 'PATCH',
+        url: '/knobs',
+        headers: admin,
+        payload: { modes: { mode: 'auto_recover' } },
+      });
+      await a.app.inject({ method: 'PATCH', url: '/channels/desk', headers: admin, payload: { enabled: false } });
+      expect(b.v.mode().type).toBe('warn');
+      await b.v.tick();
+      expect(b.v.mode().type).toBe('auto_recover');
+      expect(b.v.notifier.channels()[0].enabled).toBe(false);
+      expect((await b.app.inject({ method: 'GET', url: '/health' })).json().knobs).toContainEqual(
+        expect.objectContaining({ path: 'modes.mode', source: 'runtime' }),
+      );
+      await b.app.inject({ method: 'DELETE', url: '/knobs', headers: admin });
+      await b.app.inject({ method: 'POST', url: '/channels/desk/reset', headers: admin });
+      await a.v.tick();
+      expect(a.v.mode().type).toBe('warn');
+      expect(a.v.notifier.channels()[0].enabled).toBe(true);
     } finally {
       await flushPrefix(prefix);
     }

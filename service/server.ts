@@ -1,6 +1,6 @@
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
   hasZodFastifySchemaValidationErrors,
@@ -47,10 +47,34 @@ export type App = FastifyInstance<any, any, any, any, any>;
 export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promise<App> {
   const app = Fastify({
     ...(opts.logger ? { loggerInstance: vigil.logger.child({ part: 'http' }) } : { logger: false }),
+    // One line per request, written below (fastify's own are two, at info).
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: vigil.config.server.body_limit_bytes,
     // Every id the schemas accept (128 characters) fits in a path, URL-encoded.
     routerOptions: { maxParamLength: 512 },
   }).withTypeProvider<ZodTypeProvider>();
+  vigil.metrics.collectProcess();
+  if (opts.logger) {
+    app.addHook('onResponse', async (req, reply) => {
+      const line = {
+        method: req.method,
+        url: req.url.split('?')[0], // query strings may carry a ticket
+        status: reply.statusCode,
+        ms: Math.round(reply.elapsedTime),
+      };
+      // Routine traffic at debug; client errors at info; server errors at error.
+      if (reply.statusCode >= 500) req.log.error(line, 'request failed');
+      else if (reply.statusCode >= 400) req.log.info(line, 'request refused');
+      else req.log.debug(line, 'request');
+    });
+  }
+  // An action route (Resume, Send test alert, reset) may come with no body even when the
+  // client says JSON; that is an empty body, not a bad one.
+  const json = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) =>
+    String(body).trim() === '' ? done(null, undefined) : json(req, body as string, done),
+  );
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   await app.register(swagger, {

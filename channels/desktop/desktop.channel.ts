@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { accessSync, constants, statSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
 import { inject, injectable } from 'tsyringe';
 import type { Alert } from '../../core/alert.ts';
 import type { Channel } from '../../core/contracts.ts';
@@ -25,13 +26,26 @@ export class DesktopChannel implements Channel {
     @inject(TOKENS.Env) private readonly env: NodeJS.ProcessEnv,
   ) {}
 
+  ready(): string | undefined {
+    if (!onPath(this.opts.command, this.env.PATH)) {
+      return this.opts.command.includes('/')
+        ? `${this.opts.command} is not an executable file`
+        : `${this.opts.command} not found on PATH`;
+    }
+    if (!busEnv(this.env).DBUS_SESSION_BUS_ADDRESS) {
+      return 'no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS unset and no $XDG_RUNTIME_DIR/bus): a headless machine?';
+    }
+    return undefined;
+  }
+
   send(alert: Alert, signal: AbortSignal): Promise<void> {
     const args = [
       `--app-name=${this.opts.app_name}`,
       `--urgency=${URGENCY[alert.severity]}`,
       '--',
       truncate(renderTitle(alert), 120),
-      truncate(renderLine(alert), 400),
+      // The title carries a test alert's TEST mark; the body does not repeat it.
+      truncate(renderLine(alert, { mark: false }), 400),
     ];
     return new Promise((resolve, reject) => {
       execFile(this.opts.command, args, { env: busEnv(this.env), signal, timeout: 0 }, (err, _out, stderr) => {
@@ -46,6 +60,20 @@ export class DesktopChannel implements Channel {
       });
     });
   }
+}
+
+/** Whether `command` (a name looked up on PATH, or a path) is an executable file. */
+function onPath(command: string, path: string | undefined): boolean {
+  const exec = (p: string) => {
+    try {
+      accessSync(p, constants.X_OK);
+      return statSync(p).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (command.includes('/')) return exec(command);
+  return (path ?? '').split(delimiter).some((d) => d && exec(join(d, command)));
 }
 
 /** The environment for notify-send, with the session bus filled in when it can be found. */

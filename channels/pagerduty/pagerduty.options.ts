@@ -1,12 +1,16 @@
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import { ENV_NAME } from '../shared/env.ts';
+import { CREDENTIALS_IN_URL, hasCredentials } from '../shared/http.ts';
 
 export const PagerDutyOptionsSchema = z.strictObject({
   /** Env var holding the 32-character integration (routing) key; it travels in the body. */
   routing_key_env: z.string().regex(ENV_NAME, 'an environment variable name'),
   /** Events API v2 endpoint; configurable for an EU account or a test server. */
-  url: z.url({ protocol: /^https?$/ }).default('https://events.pagerduty.com/v2/enqueue'),
+  url: z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => !hasCredentials(u), CREDENTIALS_IN_URL)
+    .default('https://events.pagerduty.com/v2/enqueue'),
   /** payload.source: the affected system, preferably a hostname. */
   source: z
     .string()

@@ -58,14 +58,34 @@ export async function postBytes(
   return { status: res.status, headers: res.headers, text };
 }
 
+/** Whether a URL carries a user or password (fetch refuses such URLs, so they never deliver). */
+export function hasCredentials(url: string): boolean {
+  return URL.canParse(url) && Boolean(new URL(url).username || new URL(url).password);
+}
+
+/** The message for a URL with credentials: refused at load, because no delivery could succeed. */
+export const CREDENTIALS_IN_URL =
+  'credentials in a URL are not supported (fetch refuses them): send them as a header from headers_env';
+
+/**
+ * Phone-number-like runs (7 or more digits, with the usual separators) masked down to
+ * their last two digits: a provider may quote a recipient in its error text.
+ */
+export function maskPhones(s: string): string {
+  return s.replace(/\+?\d[\d ().-]{5,}\d/g, (m) => {
+    const digits = m.replace(/\D/g, '');
+    return digits.length < 7 ? m : `${m.startsWith('+') ? '+' : ''}${'*'.repeat(digits.length - 2)}${digits.slice(-2)}`;
+  });
+}
+
 /**
  * Provider text fit for an error message and the delivery log: one ASCII line, short,
- * with every secret the process knows replaced.
+ * with every secret the process knows replaced and phone numbers masked.
  */
 export function providerText(s: string, secrets: readonly string[] = [], max = 200): string {
   let out = s;
   for (const v of secrets) if (v) out = out.split(v).join('[REDACTED]');
-  out = scrub(ascii(out).replace(/\s+/g, ' ').trim());
+  out = maskPhones(scrub(ascii(out).replace(/\s+/g, ' ').trim()));
   return out.length > max ? `${out.slice(0, max - 3)}...` : out;
 }
 

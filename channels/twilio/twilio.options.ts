@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ENV_NAME } from '../shared/env.ts';
+import { CREDENTIALS_IN_URL, hasCredentials } from '../shared/http.ts';
 
 const EnvName = z.string().regex(ENV_NAME, 'an environment variable name');
 const E164 = z.string().regex(/^\+[1-9]\d{6,14}$/, 'an E.164 number: + and 7 to 15 digits');
@@ -26,7 +27,10 @@ export const TwilioOptionsSchema = z
       .max(20)
       .refine((a) => new Set(a).size === a.length, 'a number is listed twice'),
     /** Base URL instead of https://api.twilio.com (tests, a mock such as Prism). */
-    url: z.url({ protocol: /^https?$/ }).optional(),
+    url: z
+      .url({ protocol: /^https?$/ })
+      .refine((u) => !hasCredentials(u), CREDENTIALS_IN_URL)
+      .optional(),
     /** Segment budget: the body fits this many GSM-7 segments (1 = 160 characters, n > 1 = 153 each). */
     max_segments: z.number().int().min(1).max(10).default(1),
     /** Per request (the SDK's own timeout); the notifier's delivery_timeout still caps the attempt. */

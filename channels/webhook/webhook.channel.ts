@@ -5,7 +5,16 @@ import type { Channel } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import { readSecret } from '../shared/env.ts';
-import { type HttpAnswer, hints, isRetryableStatus, postBytes, providerText, retryAfter } from '../shared/http.ts';
+import {
+  CREDENTIALS_IN_URL,
+  type HttpAnswer,
+  hasCredentials,
+  hints,
+  isRetryableStatus,
+  postBytes,
+  providerText,
+  retryAfter,
+} from '../shared/http.ts';
 import { genericPayload, ntfyPayload, sign, signingKey, slackPayload, webhookId } from './webhook.formats.ts';
 import { ntfyRoot, type WebhookOptions } from './webhook.options.ts';
 
@@ -43,6 +52,7 @@ export class WebhookChannel implements Channel {
       if (!/^https?:\/\/[^\s]+$/i.test(this.url) || !URL.canParse(this.url)) {
         throw new Error(`url_env: ${opts.url_env} does not hold an http(s) URL`);
       }
+      if (hasCredentials(this.url)) throw new Error(`url_env: ${opts.url_env}: ${CREDENTIALS_IN_URL}`);
       if (opts.format === 'ntfy' && !ntfyRoot(this.url)) {
         throw new Error(`url_env: ${opts.url_env} must hold the ntfy server root, not a topic URL`);
       }

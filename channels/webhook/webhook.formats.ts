@@ -18,7 +18,12 @@ export function webhookId(a: Pick<Alert, 'dedup_key' | 'state' | 'seq'>): string
 export function signingKey(secret: string): Buffer {
   const b64 = secret.startsWith('whsec_') ? secret.slice('whsec_'.length) : secret;
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64)) throw new Error('is not a whsec_ base64 secret');
-  return Buffer.from(b64, 'base64');
+  const key = Buffer.from(b64, 'base64');
+  // Standard Webhooks secrets are 24 to 64 random bytes; a shorter key signs but guards nothing.
+  if (key.length < 24 || key.length > 64) {
+    throw new Error(`holds a ${key.length}-byte key; a whsec_ secret is base64 of 24 to 64 random bytes`);
+  }
+  return key;
 }
 
 /** `v1,<base64 hmac-sha256 of "id.timestamp.body">`, over the exact bytes sent. */
@@ -63,9 +68,7 @@ export function ntfySequenceId(dedupKey: string): string {
 /** ntfy JSON publish (POST to the server root). A recovery is short and low priority: it should not wake anyone. */
 export function ntfyPayload(a: Alert, topic: string) {
   const resolve = a.state === 'resolve';
-  const text = resolve
-    ? renderLine(a)
-    : `${a.test ? 'TEST ' : ''}${ascii(a.summary)}${a.details ? `\n\n${ascii(a.details)}` : ''}`;
+  const text = resolve ? renderLine(a) : `${ascii(a.summary)}${a.details ? `\n\n${ascii(a.details)}` : ''}`; // the title carries TEST
   return {
     topic,
     title: truncate(renderTitle(a), 250),

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ENV_NAME } from '../shared/env.ts';
+import { CREDENTIALS_IN_URL, hasCredentials } from '../shared/http.ts';
 
 const EnvName = z.string().regex(ENV_NAME, 'an environment variable name');
 /** RFC 9110 token: what a header name may contain. */
@@ -26,7 +27,10 @@ export const WEBHOOK_FORMATS = ['generic', 'ntfy', 'slack'] as const;
 export const WebhookOptionsSchema = z
   .strictObject({
     /** Where to POST. For ntfy: the server root (https://ntfy.sh), the topic goes in the body. */
-    url: z.url({ protocol: /^https?$/ }).optional(),
+    url: z
+      .url({ protocol: /^https?$/ })
+      .refine((u) => !hasCredentials(u), CREDENTIALS_IN_URL)
+      .optional(),
     /** Env var holding the URL instead, for URLs that are secrets (Slack incoming webhooks). */
     url_env: EnvName.optional(),
     /** generic: the alert as JSON, signed per Standard Webhooks; ntfy: JSON publish; slack: incoming webhook. */

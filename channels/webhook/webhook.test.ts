@@ -481,7 +481,9 @@ describe('webhook channel, format ntfy', () => {
     );
     const env = { NTFY_TOPIC: 'vigil-phone-2b9q' };
     const cfg = loadConfig({ registry: createRegistry(), file, env });
+    // A file's channel list merges by name: the default desktop channel stays.
     expect(cfg.notifications.channels.map((c) => [c.name, c.type, c.options.format])).toEqual([
+      ['desktop', 'desktop', undefined],
       ['phone', 'webhook', 'ntfy'],
     ]);
     const v = await createVigil({ configFile: file, env });

@@ -37,6 +37,8 @@ export const keys = {
   sessions: 'sessions',
   /** Runtime knob changes (PATCH /knobs). */
   knobs: 'knobs',
+  /** Runtime channel toggles (PATCH /channels/:name), by channel name. */
+  channelToggles: 'channel-toggles',
   watchdog: 'watchdog:last',
   /** The namespace of a plugin's own keys: `p:<type>:`. */
   plugin: (type: string) => `p:${type}:`,

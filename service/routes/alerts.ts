@@ -19,16 +19,32 @@ export const alertRoutes =
       async (req) => vigil.deliveryLog.recent(req.query.limit),
     );
 
-    app.get('/channels', { schema: { summary: 'Configured channels (no secrets)' } }, async () =>
-      vigil.notifier.channels().map((c) => ({
-        name: c.name,
-        type: c.type,
-        enabled: c.enabled,
-        min_severity: c.min_severity,
-        resolve_messages: c.resolve_messages,
-        rate_limit: c.rate_limit,
-        quiet_window: c.quiet_window,
-      })),
+    app.get(
+      '/channels',
+      {
+        schema: { summary: 'Configured channels (no secrets): routing, whether each can deliver here, last delivery' },
+      },
+      async () => {
+        await vigil.toggles.refresh().catch(() => []);
+        const status = new Map((await vigil.channelStatus()).map((c) => [c.name, c]));
+        return vigil.notifier.channels().map((c) => {
+          const st = status.get(c.name);
+          return {
+            name: c.name,
+            type: c.type,
+            enabled: c.enabled,
+            min_severity: c.min_severity,
+            resolve_messages: c.resolve_messages,
+            rate_limit: c.rate_limit,
+            quiet_window: c.quiet_window,
+            ready: st?.ready ?? true,
+            ...(st?.reason ? { reason: st.reason } : {}),
+            source: st?.source,
+            ...(st?.runtime ? { runtime: st.runtime } : {}),
+            last_delivery: st?.last_delivery ?? null,
+          };
+        });
+      },
     );
 
     app.post(

@@ -14,22 +14,35 @@ export const healthRoutes =
   async (app) => {
     app.get(
       '/health',
-      { schema: { summary: 'Version, backend and Redis state, watchdog last tick, plugin versions seen' } },
+      {
+        schema: {
+          summary:
+            'Version, backend and Redis state, channels (ready or not), knobs not at their default and their source, watchdog last tick, plugin versions seen',
+        },
+      },
       async () => {
         const now = vigil.clock.now();
         const redis = vigil.store.backend === 'redis' ? ((await vigil.store.ping()) ? 'up' : 'down') : 'not configured';
         // With the store down, answer at once from what this process knows.
         const up = redis !== 'down';
+        // Another instance may have changed the runtime knobs since the last tick.
+        if (up) await vigil.knobs.refresh().catch(() => false);
         const wd =
           vigil.health.watchdog ??
           (up ? await vigil.store.get<typeof vigil.health.watchdog>(keys.watchdog).catch(() => undefined) : undefined);
+        const channels = await vigil.channelStatus({ deliveries: up });
         return {
           ok: redis !== 'down',
           version,
           backend: vigil.store.backend,
           redis,
           queue: vigil.queue.kind,
+          queue_depth: up ? await vigil.queue.depth().catch(() => null) : null,
           mode: vigil.mode().type,
+          channels,
+          // Enabled channels that cannot deliver on this machine: every alert to them fails.
+          channels_not_ready: channels.filter((c) => c.enabled && !c.ready).map((c) => c.name),
+          knobs: vigil.knobs.overridden(),
           detectors: up ? await detectorHealth(vigil).catch(() => ({})) : {},
           watchdog: wd
             ? {

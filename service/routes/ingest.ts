@@ -79,7 +79,7 @@ export const ingestRoutes =
       async (req, reply) => {
         const events = Array.isArray(req.body) ? req.body : [req.body];
         checkTimes(events, Array.isArray(req.body));
-        const changes = await vigil.engine.progress(events, {
+        const changes = await vigil.judge(events, {
           plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]),
         });
         const directives = await rootsDirectives(

@@ -33,30 +33,33 @@ export const readoutRoutes =
       },
     );
 
-    app.get('/metrics', { schema: { summary: 'The warnings: sessions that are stalling or looping' } }, async () => {
-      const rows = await vigil.engine.sessionRows(10_000);
-      return rows
-        .filter((r) => r.verdict !== 'ok')
-        .map((r) => ({
-          session: r.session,
-          agent: r.agent,
-          root: r.root,
-          level: r.verdict,
-          stage: r.stage,
-          turns_since_landed: r.turns_since_landed,
-          usd_since_landed: r.usd_since_landed,
-          top_target: r.top_target,
-          top_count: r.top_count,
-          reason: r.reason,
-        }));
-    });
-
     app.get(
-      '/metrics/prometheus',
-      { schema: { summary: 'Prometheus metrics (text exposition)' } },
-      async (_req, reply) =>
-        reply.type(vigil.metrics.registry.contentType).send(await vigil.metrics.registry.metrics()),
+      '/warnings',
+      { schema: { summary: 'The warnings: sessions that are stalling or looping, worst first' } },
+      async () => {
+        const rows = await vigil.engine.sessionRows(10_000);
+        return rows
+          .filter((r) => r.verdict !== 'ok')
+          .map((r) => ({
+            session: r.session,
+            agent: r.agent,
+            root: r.root,
+            level: r.verdict,
+            stage: r.stage,
+            turns_since_landed: r.turns_since_landed,
+            usd_since_landed: r.usd_since_landed,
+            top_target: r.top_target,
+            top_count: r.top_count,
+            reason: r.reason,
+          }));
+      },
     );
+
+    // Prometheus text where a scraper looks by default; the old path stays for configured scrapers.
+    const prometheus = async (_req: unknown, reply: import('fastify').FastifyReply) =>
+      reply.type(vigil.metrics.registry.contentType).send(await vigil.metrics.registry.metrics());
+    app.get('/metrics', { schema: { summary: 'Prometheus metrics (text exposition format)' } }, prometheus);
+    app.get('/metrics/prometheus', { schema: { summary: 'Prometheus metrics (same as /metrics)' } }, prometheus);
 
     app.get(
       '/trees/:root',
