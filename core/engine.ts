@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EventEmitter } from 'node:events';
 import type { Severity } from './alert.ts';
 import type { VigilEventMap, VigilEventName } from './bus.ts';
@@ -74,6 +75,12 @@ const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then
 /** Inputs remembered per process, so a client's retry of a batch is not judged twice. */
 const SEEN_INPUTS = 200_000;
 /** Consequences waiting for the store to come back, at most (the oldest give way, logged). */
+/** A consequence kept while the store was away, to run again on the tick. */
+interface Pending {
+  what: string;
+  run: () => Promise<void>;
+}
+
 const MAX_PENDING = 10_000;
 
 /**
@@ -92,7 +99,12 @@ export class Engine {
    * store went away mid-request): retried in order on the tick, so the transition is
    * not lost when the client's retry finds no change left to make.
    */
-  private readonly pending: { what: string; run: () => Promise<void> }[] = [];
+  private readonly pending: Pending[] = [];
+  /**
+   * Set while retryPending() runs the head of the backlog: inside it the backlog does
+   * not block (that item is the one waited for), and what it keeps for later replaces it.
+   */
+  private readonly replaying = new AsyncLocalStorage<Pending[]>();
   /** Sessions whose input failed part way (a store error): compared with the mode's record on the tick. */
   private readonly suspects = new Set<string>();
   /** Trees whose decided effects a store failure left in their outbox. */
@@ -213,15 +225,30 @@ export class Engine {
    */
   private async effect(what: string, run: () => Promise<void>): Promise<void> {
     try {
-      if (this.pending.length) throw new Error('earlier consequences are still waiting for the store');
+      if (this.blocked()) throw new Error('earlier consequences are still waiting for the store');
       await run();
     } catch (err) {
-      this.pending.push({ what, run });
-      if (this.pending.length > MAX_PENDING) {
-        const lost = this.pending.shift();
-        this.logger.error({ what: lost?.what }, 'pending consequence dropped: the store has been away too long');
-      }
+      this.keep({ what, run });
       throw err;
+    }
+  }
+
+  /** Whether earlier consequences wait for the store (this call is not one of them). */
+  private blocked(): boolean {
+    return this.pending.length > 0 && !this.replaying.getStore();
+  }
+
+  /** Keeps a consequence for the tick; during a replay it becomes that item's continuation. */
+  private keep(p: Pending): void {
+    const replay = this.replaying.getStore();
+    if (replay) {
+      replay.push(p);
+      return;
+    }
+    this.pending.push(p);
+    if (this.pending.length > MAX_PENDING) {
+      const lost = this.pending.shift();
+      this.logger.error({ what: lost?.what }, 'pending consequence dropped: the store has been away too long');
     }
   }
 
@@ -230,16 +257,19 @@ export class Engine {
     let n = 0;
     while (this.pending.length) {
       const p = this.pending[0];
+      const rest: Pending[] = [];
       try {
-        await p.run();
+        await this.replaying.run(rest, () => p.run());
       } catch (err) {
+        // What it kept (the step that failed) replaces it; otherwise it runs again whole.
+        this.pending.splice(0, 1, ...(rest.length ? rest : [p]));
         this.logger.warn(
           { err: (err as Error).message, waiting: this.pending.length },
           'pending consequences still waiting',
         );
         return n;
       }
-      this.pending.shift();
+      this.pending.splice(0, 1, ...rest);
       n++;
     }
     if (n) this.logger.warn({ applied: n }, 'pending consequences applied after the store came back');
@@ -356,9 +386,9 @@ export class Engine {
   }
 
   private async apply(t: Transition): Promise<void> {
-    if (this.pending.length) {
+    if (this.blocked()) {
       // Keep the order of consequences: this one waits behind the earlier ones.
-      this.pending.push({ what: `transition of ${t.subject.id}`, run: () => this.apply(t) });
+      this.keep({ what: `transition of ${t.subject.id}`, run: () => this.apply(t) });
       throw new AppError('STORE_UNAVAILABLE', 'earlier consequences are still waiting for the store', {
         retryable: true,
       });
@@ -376,7 +406,7 @@ export class Engine {
         root = await this.tree.rootOf(id);
         meta = await this.tree.meta(id);
       } catch (err) {
-        this.pending.push({ what: `transition of ${id}`, run: () => this.apply(t) });
+        this.keep({ what: `transition of ${id}`, run: () => this.apply(t) });
         throw err;
       }
       const handled = this.modeEvent(root, {
@@ -444,11 +474,17 @@ export class Engine {
           r.directives.length || r.alerts.length ? [{ id, directives: r.directives, alerts: r.alerts }] : [];
         const tree: TreeState = { ...r.tree, effects: [...(cur?.effects ?? []), ...effects].slice(-50) };
         if (!tree.effects?.length) delete tree.effects;
+        // What each detector last told the mode, for reconcileSuspects() after a lost reply.
+        if (ev.type === 'verdict') {
+          const rep = reportedWith(cur?.reported, ev.detector, ev.session_id, ev.to);
+          if (rep) tree.reported = rep;
+          else delete tree.reported;
+        }
         return { value: tree, result: { ...r, tree }, ttlMs: TTL.tree };
       });
     } catch (err) {
       // The write's outcome is unknown: decide again only if it did not happen.
-      this.pending.push({
+      this.keep({
         what: `${ev.type} of ${root}`,
         run: async () => {
           const t = await this.treeState(root);

@@ -145,11 +145,9 @@ export class Vigil {
       this.events.emit('knobs', k);
     });
     c.register(TOKENS.Knobs, { useValue: this.knobs });
-    // The age of the oldest job needs the queue's help: used when the queue offers oldestAt().
-    const q = queue as AlertQueue & { oldestAt?: () => Promise<number | undefined> };
     this.metrics = new Metrics(
       () => queue.depth(),
-      q.oldestAt ? () => q.oldestAt!() : undefined,
+      () => queue.oldestAt(),
       () => clock.now(),
     );
     c.register(TOKENS.Metrics, { useValue: this.metrics });

@@ -473,3 +473,107 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
     await loopUntilStage(v, clock, CHILD, 1);
   });
 });
+
+/** Arms a fault: the next `method` call on a key starting with `prefix` is carried out, then fails as if its reply was lost. */
+function replyLoss(v: Vigil, method: 'update' | 'casBytes', prefix: string) {
+  const store = v.store as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+  const real = store[method].bind(v.store);
+  const fault = { armed: false };
+  store[method] = async (key: unknown, ...rest: unknown[]) => {
+    const r = await real(key, ...rest);
+    if (fault.armed && String(key).startsWith(prefix)) {
+      fault.armed = false;
+      throw new Error('connection reset (reply lost)');
+    }
+    return r;
+  };
+  return fault;
+}
+
+/** While `down` is set, `method` calls on keys starting with `prefix` fail without being carried out. */
+function outage(v: Vigil, method: 'update' | 'get', prefix: string) {
+  const store = v.store as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+  const real = store[method].bind(v.store);
+  const fault = { down: false };
+  store[method] = async (key: unknown, ...rest: unknown[]) => {
+    if (fault.down && String(key).startsWith(prefix)) throw new Error('connect ECONNREFUSED');
+    return real(key, ...rest);
+  };
+  return fault;
+}
+
+describe.each(backends())('a store that goes away under transitions (%s)', (backend) => {
+  it('what waited for the store is applied on the next tick, in order, and nothing waits after', async () => {
+    const { v, b } = await setup(backend, 'warn');
+    const fault = outage(v, 'update', 'tree:');
+    fault.down = true;
+    // The first fails on its tree write; the second waits behind it (order kept).
+    await expect(verdict(v, 'looping', 'ses_x')).rejects.toThrow(/ECONNREFUSED/);
+    await expect(verdict(v, 'looping', 'ses_y')).rejects.toThrow(/still waiting/);
+    await v.tick();
+    expect(b.sent).toEqual([]);
+    fault.down = false;
+    await v.tick();
+    expect((await v.engine.treeState('ses_x'))?.flagged).toEqual({ ses_x: { ses_x: 'looping' } });
+    expect((await v.engine.treeState('ses_y'))?.flagged).toEqual({ ses_y: { ses_y: 'looping' } });
+    await eventually(() =>
+      expect(b.sent.map((a) => `${a.dedup_key}/${a.state}`).sort()).toEqual(['ses_x/trigger', 'ses_y/trigger']),
+    );
+    // Nothing is left waiting: a new transition goes straight through.
+    await verdict(v, 'ok', 'ses_x');
+    await eventually(() => expect(b.sent.map((a) => `${a.dedup_key}/${a.state}`)).toContain('ses_x/resolve'));
+  });
+});
+
+describe.runIf(withRedis)('with Redis, a write whose reply was lost', () => {
+  const send = (v: Vigil, clock: FakeClock) =>
+    v.engine.progress([loopCall(CHILD, clock)], PLUGIN).then(
+      () => true,
+      () => false,
+    );
+
+  const transitionsOf = (v: Vigil) => {
+    const seen: string[] = [];
+    v.events.on('transition', (t: { session: string; to: string }) => seen.push(`${t.session}:${t.to}`));
+    return seen;
+  };
+
+  it('on the tree: the tick settles the decision and raises no second transition', async () => {
+    const { v, clock, b } = await setup('redis', 'warn');
+    const fault = replyLoss(v, 'update', 'tree:');
+    fault.armed = true;
+    // The first tree write is the one the loop's transition makes.
+    for (let n = 1; fault.armed; n++) {
+      expect(n).toBeLessThan(200);
+      await send(v, clock);
+    }
+    // The decision was written (its reply lost): the tree records what the judge reported.
+    expect((await v.engine.treeState(ROOT))?.reported).toEqual({ 'no-progress': { [CHILD]: 'stalling' } });
+    const seen = transitionsOf(v);
+    await v.tick();
+    await v.tick();
+    expect(seen).toEqual([]);
+    await eventually(() => expect(incident(b, ROOT)).toEqual(['trigger/warning']));
+  });
+
+  it("on the judge's state: the tick hands the mode the change it never heard of, once", async () => {
+    const { v, clock, b } = await setup('redis', 'warn');
+    const np = npOf(v);
+    const fault = replyLoss(v, 'casBytes', '');
+    // Each call writes the judge's state once; lose the reply of the one that turns it.
+    for (let n = 1; (await np.session(CHILD))?.level !== 'looping'; n++) {
+      expect(n).toBeLessThan(200);
+      fault.armed = true;
+      await send(v, clock);
+    }
+    expect((await v.engine.treeState(ROOT))?.reported).toBeUndefined();
+    expect(incident(b, ROOT)).toEqual([]);
+    const seen = transitionsOf(v);
+    await v.tick();
+    expect(seen).toEqual([`${CHILD}:looping`]);
+    expect((await v.engine.treeState(ROOT))?.reported).toEqual({ 'no-progress': { [CHILD]: 'looping' } });
+    await v.tick();
+    expect(seen).toEqual([`${CHILD}:looping`]);
+    await eventually(() => expect(incident(b, ROOT)).toEqual(['trigger/critical']));
+  });
+});

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { createWriteStream, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createLogger } from '../core/logger.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
@@ -105,6 +106,10 @@ afterEach(async () => {
 
 async function service(receiver: Receiver, o: { redis?: string; notifications?: Record<string, unknown> } = {}) {
   const v: Vigil = await testVigil({
+    // VIGIL_TEST_LOG=file keeps the service's log (json) to read after a failure.
+    logger: process.env.VIGIL_TEST_LOG
+      ? createLogger({ level: 'info', format: 'json', destination: createWriteStream(process.env.VIGIL_TEST_LOG) })
+      : undefined,
     backend: o.redis ? 'redis' : 'memory',
     env: { HOOK_SECRET: SECRET },
     channels: [channel(receiver.port)],
@@ -299,6 +304,18 @@ describe('delivery guarantees', () => {
         transitions,
         outbox,
         depth: await v.queue.depth(),
+        // Sessions whose trigger or resolve is missing, with the delivery rows of each.
+        missing: await Promise.all(
+          Array.from({ length: CLIENTS * SESSIONS }, (_, i) => `ses_c${Math.floor(i / SESSIONS)}_${i % SESSIONS}`)
+            .filter((s) => r.got.filter((g) => g.key.startsWith(`${s}/`)).length < 2)
+            .map(async (s) => ({
+              session: s,
+              got: r.got.filter((g) => g.key.startsWith(`${s}/`)).map((g) => g.key),
+              rows: (await v.deliveryLog.recent(1000))
+                .filter((x) => x.dedup_key === s)
+                .map((x) => `${x.state}:${x.outcome}:${x.reason ?? ''}`),
+            })),
+        ),
       });
     };
     let last = '';

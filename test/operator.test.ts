@@ -277,8 +277,7 @@ describe('metrics: Prometheus text at /metrics, the warnings at /warnings', () =
     expect(warnings).toEqual([expect.objectContaining({ session: 'ses_loop', agent: 'build' })]);
   });
 
-  // The queue reports its oldest job once the notifier offers it (AlertQueue.oldestAt).
-  it.runIf('oldestAt' in MemoryQueue.prototype)('reports the age of the oldest queued delivery', async () => {
+  it('reports the age of the oldest queued delivery', async () => {
     const { recordingPlugin, behaviour } = await import('./helpers/index.ts');
     const b = behaviour('hang');
     const v = await testVigil({

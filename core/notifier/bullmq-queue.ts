@@ -33,6 +33,9 @@ class RetryLater extends Error {
  * day for exactly this). A worker killed mid-delivery loses its lock and the job runs
  * again on the next worker (at least once).
  */
+/** Jobs of each state read to find the oldest (for the queue-age gauge). */
+const OLDEST_SCAN = 50;
+
 export class BullQueue implements AlertQueue {
   readonly kind = 'bullmq' as const;
   private readonly producer: Redis;
@@ -111,6 +114,19 @@ export class BullQueue implements AlertQueue {
       for (const v of Object.values(c)) n += v;
     }
     return n;
+  }
+
+  async oldestAt(): Promise<number | undefined> {
+    // Waiting jobs are in arrival order, but delayed ones in due order (retries carry
+    // jitter), so a few of each are read: exact unless a backlog holds more than that.
+    let min: number | undefined;
+    for (const q of this.queues.values()) {
+      for (const j of await q.getJobs(['wait', 'active', 'delayed', 'prioritized'], 0, OLDEST_SCAN - 1, true)) {
+        const at = (j?.data as DeliverJob | undefined)?.alert.at;
+        if (at !== undefined && (min === undefined || at < min)) min = at;
+      }
+    }
+    return min;
   }
 
   async idle(timeoutMs = 30_000): Promise<boolean> {

@@ -20,6 +20,7 @@ export class MemoryQueue implements AlertQueue {
   /** Ids already accepted (bounded, oldest forgotten first), the in-process dedup. */
   private readonly seen = new Set<string>();
   private readonly waiting = new Map<NodeJS.Timeout, { job: DeliverJob; attempt: number }>();
+  private readonly running = new Set<DeliverJob>();
   private deliverer?: Deliverer;
   private inflight = 0;
   private draining = false;
@@ -48,6 +49,17 @@ export class MemoryQueue implements AlertQueue {
 
   async depth(): Promise<number> {
     return this.inflight;
+  }
+
+  async oldestAt(): Promise<number | undefined> {
+    let min: number | undefined;
+    const see = (j: DeliverJob) => {
+      if (min === undefined || j.alert.at < min) min = j.alert.at;
+    };
+    for (const l of this.lanes.values()) for (const p of l.pending) see(p.job);
+    for (const w of this.waiting.values()) see(w.job);
+    for (const j of this.running) see(j);
+    return min;
   }
 
   async idle(timeoutMs = 30_000): Promise<boolean> {
@@ -112,9 +124,11 @@ export class MemoryQueue implements AlertQueue {
   }
 
   private async run(d: Deliverer, job: DeliverJob, attempt: number): Promise<void> {
+    this.running.add(job);
     const out = await d
       .attempt(job, attempt)
-      .catch((e) => ({ ok: false, final: true, reason: (e as Error).message }) as const);
+      .catch((e) => ({ ok: false, final: true, reason: (e as Error).message }) as const)
+      .finally(() => this.running.delete(job));
     if (!out.ok && !out.final && this.draining) this.lost(job);
     else if (!out.ok && !out.final) {
       const t = setTimeout(() => {

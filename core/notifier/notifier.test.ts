@@ -218,6 +218,29 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
     expect((await v.notifier.openAlerts()).map((i) => i.dedup_key)).toEqual(['b']);
   });
 
+  it('the queue reports when its oldest waiting delivery was raised', async () => {
+    const clock = new FakeClock();
+    const b = behaviour('fail');
+    const prefix = backend === 'redis' ? testPrefix() : undefined;
+    const v = await testVigil({
+      backend,
+      prefix,
+      clock,
+      registry: createRegistry().register(recordingPlugin(b)),
+      // Both fail once and wait a minute for their retry (delayed).
+      notifications: { retry_delay: 60_000 },
+      channels: [{ name: 'r', type: 'recording', min_severity: 'info' }],
+    });
+    running.push({ v, prefix });
+    expect(await v.queue.oldestAt()).toBeUndefined();
+    const first = clock.now();
+    await v.notifier.notify(alert({ dedup_key: 'a' }));
+    clock.advance(5_000);
+    await v.notifier.notify(alert({ dedup_key: 'b' }));
+    await eventually(() => b.attempts === 2);
+    expect(await v.queue.oldestAt()).toBe(first);
+  });
+
   it('rejects a malformed alert with the field named', async () => {
     const { v } = await setup(backend, [{ name: 'rec' }]);
     await expect(v.notifier.notify({ ...alert(), severity: 'loud' as never })).rejects.toThrow(/severity/);

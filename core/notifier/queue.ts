@@ -12,6 +12,8 @@ export interface AlertQueue {
   start(deliverer: Deliverer): Promise<void>;
   /** Jobs waiting, delayed or active. */
   depth(): Promise<number>;
+  /** When the oldest alert still queued was raised (epoch ms), if any is. */
+  oldestAt(): Promise<number | undefined>;
   /** Resolves when nothing is waiting or running (tests and `vigil alert test`). */
   idle(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
