@@ -75,6 +75,36 @@ const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then
 /** Inputs remembered per process, so a client's retry of a batch is not judged twice. */
 const SEEN_INPUTS = 200_000;
 /** Consequences waiting for the store to come back, at most (the oldest give way, logged). */
+type Judged = readonly Transition[] | Promise<readonly Transition[]>;
+
+/**
+ * Every enabled detector judges the input, concurrently: each reads and writes only its
+ * own state, so on Redis their round trips overlap instead of adding up. The
+ * transitions come back in detector order; the first failure is thrown once all have
+ * settled (none is left running behind the caller). Synchronous all the way when every
+ * detector answers at once (the memory backend).
+ */
+function collect(xs: readonly { enabled(): boolean; detector: Detector }[], judge: (d: Detector) => Judged): Judged {
+  let out: readonly Transition[] = NONE;
+  let waits: Judged[] | undefined;
+  for (const x of xs) {
+    if (!x.enabled()) continue;
+    const r = judge(x.detector);
+    if (waits) waits.push(r);
+    else if (isPromise(r)) waits = [r];
+    else if (r.length) out = out === NONE ? [...r] : [...out, ...r];
+  }
+  if (!waits) return out;
+  return Promise.allSettled(waits).then((rs) => {
+    let all = out;
+    for (const r of rs) {
+      if (r.status === 'rejected') throw r.reason;
+      if (r.value.length) all = all === NONE ? [...r.value] : [...all, ...r.value];
+    }
+    return all;
+  });
+}
+
 /** A consequence kept while the store was away, to run again on the tick. */
 interface Pending {
   what: string;
@@ -181,13 +211,9 @@ export class Engine {
         origin,
       });
       if (isPromise(s)) s = await s;
-      let out = NONE;
-      for (const x of this.on.progress) {
-        if (!x.enabled()) continue;
-        let r = x.detector.onProgress!(ev, s, origin);
-        if (isPromise(r)) r = await r;
-        if (r.length) out = out === NONE ? [...r] : [...out, ...r];
-      }
+      const si = s;
+      let out = collect(this.on.progress, (d) => d.onProgress!(ev, si, origin));
+      if (isPromise(out)) out = await out;
       this.metrics.judged(t0);
       // Judged and written: a retry of it from here on is a repeat (its consequences, if they failed, are kept).
       this.remember(ev.session_id, ev.call_id);
@@ -294,13 +320,9 @@ export class Engine {
         ts: r.ts,
       });
       if (isPromise(s)) s = await s;
-      let out = NONE;
-      for (const x of this.on.request) {
-        if (!x.enabled()) continue;
-        let t = x.detector.onRequest!(r, s);
-        if (isPromise(t)) t = await t;
-        if (t.length) out = out === NONE ? [...t] : [...out, ...t];
-      }
+      const si = s;
+      let out = collect(this.on.request, (d) => d.onRequest!(r, si));
+      if (isPromise(out)) out = await out;
       this.metrics.judged(t0);
       this.remember(r.session_id, r.request_id);
       if (this.events.listenerCount('request')) {
@@ -320,12 +342,7 @@ export class Engine {
     let all = NONE;
     for (const v of list) {
       const s = await this.tree.enter({ id: v.session_id, parent: v.parent_session_id, agent: v.agent });
-      let out = NONE;
-      for (const x of this.on.verdict) {
-        if (!x.enabled()) continue;
-        const t = await x.detector.onVerdict!(v, s);
-        if (t.length) out = [...out, ...t];
-      }
+      const out = await collect(this.on.verdict, (d) => d.onVerdict!(v, s));
       if (out.length) all = [...all, ...(await this.handle(out))];
     }
     return all;

@@ -475,7 +475,7 @@ describe.each(backends())('auto_recover stages with the real judge (%s)', (backe
 });
 
 /** Arms a fault: the next `method` call on a key starting with `prefix` is carried out, then fails as if its reply was lost. */
-function replyLoss(v: Vigil, method: 'update' | 'casBytes', prefix: string) {
+function replyLoss(v: Vigil, method: 'update' | 'updateBytes', prefix: string) {
   const store = v.store as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
   const real = store[method].bind(v.store);
   const fault = { armed: false };
@@ -559,7 +559,7 @@ describe.runIf(withRedis)('with Redis, a write whose reply was lost', () => {
   it("on the judge's state: the tick hands the mode the change it never heard of, once", async () => {
     const { v, clock, b } = await setup('redis', 'warn');
     const np = npOf(v);
-    const fault = replyLoss(v, 'casBytes', '');
+    const fault = replyLoss(v, 'updateBytes', '');
     // Each call writes the judge's state once; lose the reply of the one that turns it.
     for (let n = 1; (await np.session(CHILD))?.level !== 'looping'; n++) {
       expect(n).toBeLessThan(200);

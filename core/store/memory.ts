@@ -1,6 +1,13 @@
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
-import { type AdmitRequest, type AdmitResult, bytesEqual, type Store, type UpdateResult } from './store.ts';
+import {
+  type AdmitRequest,
+  type AdmitResult,
+  type BytesUpdate,
+  bytesEqual,
+  type Store,
+  type UpdateResult,
+} from './store.ts';
 
 interface Entry {
   v: unknown;
@@ -114,6 +121,13 @@ export class MemoryStore implements Store {
 
   async setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void> {
     this.put(key, new Uint8Array(value), ttlMs);
+  }
+
+  async updateBytes<R>(key: string, fn: (current: Uint8Array | undefined) => BytesUpdate<R>): Promise<R> {
+    const cur = this.live(key)?.v as Uint8Array | undefined;
+    const r = fn(cur === undefined ? undefined : new Uint8Array(cur));
+    this.put(key, new Uint8Array(r.value), r.ttlMs);
+    return r.result;
   }
 
   async casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean> {

@@ -1,6 +1,16 @@
 import { Redis, type RedisOptions } from 'ioredis';
 import { AppError } from '../errors.ts';
-import { type AdmitRequest, type AdmitResult, bytesEqual, type Store, type UpdateResult } from './store.ts';
+import { Lru } from '../lru.ts';
+import {
+  type AdmitRequest,
+  type AdmitResult,
+  type BytesUpdate,
+  bytesEqual,
+  type Store,
+  type UpdateResult,
+} from './store.ts';
+
+const EMPTY = Buffer.alloc(0);
 
 // Compare-and-set of a string value: KEYS[1], ARGV[1] = expected ('' with ARGV[2]='0'
 // when the key must be absent), ARGV[3] = next ('' + ARGV[4]='del' deletes), ARGV[5] = ttl ms.
@@ -66,6 +76,14 @@ type Commands = {
     op: string,
     ttl: number,
   ): Promise<[number, (string | null)?]>;
+  vigilCasBuffer(
+    key: string,
+    expected: Buffer,
+    mustExist: string,
+    next: Buffer,
+    op: string,
+    ttl: number,
+  ): Promise<[number, (Buffer | null)?]>;
   vigilHit(key: string, now: number, windowMs: number, max: number, member: string): Promise<[number, number]>;
 };
 
@@ -109,6 +127,7 @@ const GUARDED = [
   'getBytes',
   'setBytes',
   'casBytes',
+  'updateBytes',
   'keys',
 ] as const;
 
@@ -123,6 +142,8 @@ export class RedisStore implements Store {
    * costs a retry, never correctness, because Redis checks the value.
    */
   private readonly lastSeen = new Map<string, string | null>();
+  /** The same for binary values (judge state): one round trip per event while this process owns the session. */
+  private readonly lastBytes = new Lru<string, Buffer>(5_000);
 
   constructor(opts: RedisStoreOptions) {
     this.p = `${opts.prefix}:`;
@@ -131,6 +152,9 @@ export class RedisStore implements Store {
       maxRetriesPerRequest: 1,
       commandTimeout: opts.timeoutMs ?? 1_000,
       connectTimeout: 2_000,
+      // Commands issued in the same tick (concurrent requests, the detectors of one
+      // event) go out in one write.
+      enableAutoPipelining: true,
       ...opts.redisOptions,
     });
     client.defineCommand('vigilCas', { numberOfKeys: 1, lua: CAS });
@@ -164,6 +188,7 @@ export class RedisStore implements Store {
   }
 
   async del(key: string): Promise<void> {
+    this.lastBytes.delete(this.k(key));
     await this.client.del(this.k(key));
   }
 
@@ -254,6 +279,30 @@ export class RedisStore implements Store {
     const b = Buffer.from(value);
     if (ttlMs) await this.client.set(this.k(key), b, 'PX', ttlMs);
     else await this.client.set(this.k(key), b);
+  }
+
+  async updateBytes<R>(key: string, fn: (current: Uint8Array | undefined) => BytesUpdate<R>): Promise<R> {
+    const k = this.k(key);
+    let cur = this.lastBytes.get(k) ?? null;
+    for (let attempt = 0; attempt < 100; attempt++) {
+      // A copy: fn may decode views over it and change them.
+      const r = fn(cur === null ? undefined : new Uint8Array(cur));
+      const next = Buffer.from(r.value);
+      const [ok, actual] = await this.client.vigilCasBuffer(
+        k,
+        cur ?? EMPTY,
+        cur === null ? '0' : '1',
+        next,
+        'set',
+        r.ttlMs ?? 0,
+      );
+      if (ok === 1) {
+        this.lastBytes.set(k, next);
+        return r.result;
+      }
+      cur = actual ?? null;
+    }
+    throw new Error(`store update of ${key} kept conflicting`);
   }
 
   async casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean> {

@@ -100,6 +100,21 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
       expect(await s.getBytes('b')).toEqual(b);
     });
 
+    it('updateBytes is atomic under concurrent callers, and hands fn a copy', async () => {
+      const s = make();
+      const inc = (cur: Uint8Array | undefined) => {
+        const n = cur ? cur[0] : 0;
+        if (cur) cur[0] = 200; // fn changing what it was given must not change the store's copy
+        return { value: new Uint8Array([n + 1]), result: n };
+      };
+      const seen = await Promise.all(Array.from({ length: 50 }, () => s.updateBytes('ub', inc)));
+      expect(await s.getBytes('ub')).toEqual(new Uint8Array([50]));
+      expect([...seen].sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i));
+      // Deleted behind it: the next update starts from nothing.
+      await s.del('ub');
+      expect(await s.updateBytes('ub', inc)).toBe(0);
+    });
+
     it('lists keys by prefix', async () => {
       const s = make();
       await s.set('alert:a', 1);
@@ -164,3 +179,22 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
     });
   },
 );
+
+describe.runIf(backends().includes('redis'))('store updateBytes across instances (redis)', () => {
+  it('two processes on one key lose no update: a stale local copy only costs a retry', async () => {
+    const prefix = testPrefix();
+    const a = new RedisStore({ url: REDIS_URL, prefix });
+    const b = new RedisStore({ url: REDIS_URL, prefix });
+    redisStores.push(a, b);
+    const inc = (cur: Uint8Array | undefined) => {
+      const n = cur ? new DataView(cur.buffer, cur.byteOffset).getUint32(0) : 0;
+      const out = new Uint8Array(4);
+      new DataView(out.buffer).setUint32(0, n + 1);
+      return { value: out, result: n };
+    };
+    // Interleaved: each store's remembered bytes are stale after the other's write.
+    for (let i = 0; i < 20; i++) await Promise.all([a.updateBytes('k', inc), b.updateBytes('k', inc)]);
+    const end = await a.getBytes('k');
+    expect(new DataView(end!.buffer, end!.byteOffset).getUint32(0)).toBe(40);
+  });
+});

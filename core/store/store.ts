@@ -12,6 +12,12 @@ export interface UpdateResult<T, R> {
   ttlMs?: number;
 }
 
+export interface BytesUpdate<R> {
+  value: Uint8Array;
+  result: R;
+  ttlMs?: number;
+}
+
 export interface Store {
   readonly backend: 'memory' | 'redis';
   get<T>(key: string): Promise<T | undefined>;
@@ -46,6 +52,12 @@ export interface Store {
   /** Binary values (compact judge state). */
   getBytes(key: string): Promise<Uint8Array | undefined>;
   setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void>;
+  /**
+   * update() for binary values (compact judge state): `fn` must be pure, it may run
+   * again on a conflict. On Redis the usual case is one round trip: the compare-and-set
+   * is tried first against the bytes this process last saw.
+   */
+  updateBytes<R>(key: string, fn: (current: Uint8Array | undefined) => BytesUpdate<R>): Promise<R>;
   /** Set only if the current bytes equal `expected` (undefined: key absent). */
   casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean>;
   /** Keys starting with `prefix` (the store's own namespace prefix is not included). */

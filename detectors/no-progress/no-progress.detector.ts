@@ -113,15 +113,15 @@ class StoreRepo implements SessionRepo {
     const b = await this.store.getBytes(npKeys.state(id));
     return b === undefined ? undefined : decodeState(b);
   }
-  async mutate(id: string, fn: (s: SessionState) => void) {
-    for (let attempt = 0; attempt < 50; attempt++) {
-      const before = await this.store.getBytes(npKeys.state(id));
+  mutate(id: string, fn: (s: SessionState) => void) {
+    // Compare-and-set against the bytes this process last wrote: one round trip while
+    // the session's events come here; another instance's write costs a retry.
+    return this.store.updateBytes(npKeys.state(id), (before) => {
       const s = before === undefined ? newSessionState(this.knobs()) : decodeState(before);
       const from = s.level;
       fn(s);
-      if (await this.store.casBytes(npKeys.state(id), before, encodeState(s), NP_TTL.state)) return { s, from };
-    }
-    throw new Error(`session ${id}: state kept changing under us`);
+      return { value: encodeState(s), result: { s, from }, ttlMs: NP_TTL.state };
+    });
   }
   async ids() {
     return (await this.store.keys(npKeys.statePrefix)).map((k) => k.slice(npKeys.statePrefix.length));
