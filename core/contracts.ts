@@ -184,7 +184,8 @@ type Out = readonly Transition[] | Promise<readonly Transition[]>;
 /**
  * A detector: consumes inputs, keeps its state in the store, returns the transitions
  * each input caused (an empty array when nothing changed: most inputs). Every method
- * is optional: a detector implements what it listens to.
+ * is optional: a detector implements what it listens to. The detectors of one input
+ * run concurrently, so a detector reads and writes only its own state.
  */
 export interface Detector {
   readonly type: string;
