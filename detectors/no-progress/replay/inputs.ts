@@ -146,16 +146,21 @@ interface Timed {
 
 const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
 
-/** Check converter output against the wire schemas (bounds, ASCII) before replaying it. */
-function admit(out: LoadedInput, timed: Timed[], where: string, i: JudgeInput, opts: LoadOptions): void {
+/** Converter output checked against the wire schemas (bounds, ASCII): null when it passes, else why not. */
+export function checkInput(i: JudgeInput): { field: string; message: string } | null {
   const r =
     i.type === 'progress'
       ? ProgressEventSchema.safeParse(i.event)
       : i.type === 'request'
         ? RequestRecordSchema.safeParse(i.record)
         : null;
-  if (r !== null && !r.success) {
-    const issue = { where, ...zodIssue(r.error) };
+  return r !== null && !r.success ? zodIssue(r.error) : null;
+}
+
+function admit(out: LoadedInput, timed: Timed[], where: string, i: JudgeInput, opts: LoadOptions): void {
+  const bad = checkInput(i);
+  if (bad !== null) {
+    const issue = { where, ...bad };
     out.issues.push(issue);
     opts.onIssue?.(issue);
     return;
@@ -266,6 +271,31 @@ interface SessionRow {
   time_created: number;
 }
 
+export interface DbMessageRow {
+  id: string;
+  data: string;
+}
+export interface DbPartRow {
+  id: string;
+  message_id: string;
+  data: string;
+}
+
+/**
+ * A message row and its part rows (in part id order) -> the message as
+ * `GET /session/{id}/message` lists it. Throws when a row's `data` is not JSON.
+ */
+export function dbMessage(
+  sessionId: string,
+  m: DbMessageRow,
+  parts: readonly DbPartRow[],
+): { info: Record<string, unknown>; parts: Record<string, unknown>[] } {
+  return {
+    info: { ...JSON.parse(m.data), id: m.id, sessionID: sessionId },
+    parts: parts.map((p) => ({ ...JSON.parse(p.data), id: p.id, messageID: p.message_id, sessionID: sessionId })),
+  };
+}
+
 function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
   const out: LoadedInput = { kind: 'sqlite', inputs: [], issues: [], sessions: new Map() };
   const timed: Timed[] = [];
@@ -280,19 +310,16 @@ function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
     for (const row of sessions) {
       opts.onProgress?.(++done, sessions.length);
       const where = `session ${row.id}`;
-      const byMessage = new Map<string, unknown[]>();
+      const byMessage = new Map<string, DbPartRow[]>();
       const messages: unknown[] = [];
       try {
-        for (const p of parts.iterate(row.id) as Iterable<{ id: string; message_id: string; data: string }>) {
-          const list = byMessage.get(p.message_id) ?? [];
-          list.push({ ...JSON.parse(p.data), id: p.id, messageID: p.message_id, sessionID: row.id });
-          byMessage.set(p.message_id, list);
+        for (const p of parts.iterate(row.id) as Iterable<DbPartRow>) {
+          const list = byMessage.get(p.message_id);
+          if (list === undefined) byMessage.set(p.message_id, [p]);
+          else list.push(p);
         }
-        for (const m of msgs.iterate(row.id) as Iterable<{ id: string; data: string }>) {
-          messages.push({
-            info: { ...JSON.parse(m.data), id: m.id, sessionID: row.id },
-            parts: byMessage.get(m.id) ?? [],
-          });
+        for (const m of msgs.iterate(row.id) as Iterable<DbMessageRow>) {
+          messages.push(dbMessage(row.id, m, byMessage.get(m.id) ?? []));
         }
       } catch (e) {
         const issue = { where, field: 'data', message: `unreadable row (${(e as Error).message.slice(0, 80)})` };
