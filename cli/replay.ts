@@ -4,13 +4,13 @@ import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import type { VerdictLevel } from '../core/wire.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from '../detectors/no-progress/knobs.ts';
-import { type LoadedInput, loadInput } from '../detectors/no-progress/replay/inputs.ts';
+import { detectKind, type InputIssue } from '../detectors/no-progress/replay/inputs.ts';
 import {
   DEFAULT_SWEEP,
   type Labels,
   LabelsSchema,
   type ReplayResult,
-  replayLoaded,
+  runReplay,
   runSweep,
   type SessionResult,
   type SweepRow,
@@ -70,22 +70,48 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
     return 2;
   }
 
-  const loaded = await load(a.input, io, err);
-  if (!loaded) return 2;
+  const st = statSync(a.input);
+  const jsonl = st.isFile() && detectKind(a.input) === 'jsonl';
+  const big = st.isDirectory() || st.size > 5_000_000;
+  // on a terminal, a bar for large inputs: lines of a JSONL file, or sessions loaded
+  const bar = io.stderr.isTTY && big ? newBar(io.stderr, 'load', jsonl ? 'events' : 'sessions') : undefined;
+  let started = false;
+  const opts = {
+    onIssue: (i: InputIssue) => err(`${i.where}: ${i.field}: ${i.message}`),
+    onProgress: bar
+      ? (done: number, total: number) => {
+          if (!started) bar.start(total, 0);
+          started = true;
+          bar.update(done);
+        }
+      : undefined,
+  };
 
   if (a.sweep && labels) {
-    const bar = io.stderr.isTTY ? newBar(io.stderr, 'sweep', 'sets') : undefined;
-    const rows = runSweep(loaded, labels, knobs, grid, (done, total) => {
-      if (done === 1) bar?.start(total, 0);
-      bar?.update(done);
-    });
+    let swept: Awaited<ReturnType<typeof runSweep>>;
+    try {
+      swept = await runSweep(a.input, labels, knobs, grid, opts);
+    } catch (e) {
+      bar?.stop();
+      err(`cannot read ${a.input}: ${(e as Error).message}`);
+      return 2;
+    }
     bar?.stop();
+    const rows = swept.rows;
     if (a.json) for (const r of rows) io.stdout.write(`${JSON.stringify({ knobs: r.knobs, ...r.score })}\n`);
     else io.stdout.write(renderSweep(rows, labels, grid));
-    return loaded.issues.length ? 1 : 0;
+    return swept.input.rejected ? 1 : 0;
   }
 
-  const result = replayLoaded(loaded, knobs);
+  let result: ReplayResult;
+  try {
+    result = await runReplay(a.input, { knobs, ...opts });
+  } catch (e) {
+    bar?.stop();
+    err(`cannot read ${a.input}: ${(e as Error).message}`);
+    return 2;
+  }
+  bar?.stop();
   if (a.json) {
     for (const s of result.sessions) {
       const { timeline: _t, ...line } = s;
@@ -100,64 +126,7 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
     const line = `labels: TP=${s.tp} FP=${s.fp} FN=${s.fn} TN=${s.tn} mean_delay=${s.mean_delay ?? '-'} events${s.missing ? ` missing=${s.missing}` : ''}\n`;
     (a.json ? io.stderr : io.stdout).write(line);
   }
-  return loaded.issues.length ? 1 : 0;
-}
-
-/**
- * Loads INPUT with a progress bar on a terminal for large inputs. The bar counts
- * events (lines of a JSONL file) or sessions (an export folder, opencode.db).
- */
-async function load(input: string, io: { stderr: Out }, err: (s: string) => void): Promise<LoadedInput | undefined> {
-  const st = statSync(input);
-  const jsonl = st.isFile() && !/\.db$/i.test(input);
-  const big = st.isDirectory() || st.size > 5_000_000;
-  const bar = io.stderr.isTTY && big ? newBar(io.stderr, 'load', jsonl ? 'events' : 'sessions') : undefined;
-  // The loader reports bytes for JSONL: map them to lines through the newline offsets.
-  const ends = bar && jsonl ? lineEnds(input) : undefined;
-  let started = false;
-  try {
-    const loaded = await loadInput(input, {
-      onIssue: (i) => err(`${i.where}: ${i.field}: ${i.message}`),
-      onProgress: bar
-        ? (done, total) => {
-            const n = ends ? linesBefore(ends, done) : done;
-            if (!started) bar.start(ends ? ends.length : total, 0);
-            started = true;
-            bar.update(n);
-          }
-        : undefined,
-    });
-    bar?.stop();
-    return loaded;
-  } catch (e) {
-    bar?.stop();
-    err(`cannot read ${input}: ${(e as Error).message}`);
-    return undefined;
-  }
-}
-
-/** Byte offset just past each non-empty line. */
-function lineEnds(file: string): number[] {
-  const buf = readFileSync(file);
-  const out: number[] = [];
-  let start = 0;
-  for (let i = buf.indexOf(10); i >= 0; i = buf.indexOf(10, i + 1)) {
-    if (i > start) out.push(i + 1);
-    start = i + 1;
-  }
-  if (start < buf.length) out.push(buf.length);
-  return out;
-}
-
-function linesBefore(ends: number[], bytes: number): number {
-  let lo = 0;
-  let hi = ends.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (ends[mid] <= bytes) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+  return result.rejected ? 1 : 0;
 }
 
 function newBar(stream: Out, what: string, unit: string): cliProgress.SingleBar {
@@ -192,7 +161,7 @@ export function renderReplay(r: ReplayResult): string {
   out += `\n${table(['SESSION', 'AGENT', 'PARENT', 'EVENTS', 'VERDICT', 'FIRST FLAGGED', 'REASON'], rows)}`;
   const n = (lv: VerdictLevel) => r.sessions.filter((s) => s.verdict === lv).length;
   out += `\n${r.sessions.length} sessions: ${n('ok')} ok, ${n('stalling')} stalling, ${n('looping')} looping; ${r.inputs} inputs`;
-  out += r.issues.length ? `, ${r.issues.length} rejected (see stderr)\n` : '\n';
+  out += r.rejected ? `, ${r.rejected} rejected (see stderr)\n` : '\n';
   return out;
 }
 

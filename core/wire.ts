@@ -4,6 +4,9 @@ import { z } from 'zod';
 // Every object is strict: an unknown key is rejected, so tool arguments, outputs,
 // prompts or message text cannot ride along under a new name. Every string is
 // bounded and printable ASCII (no newlines), so a field cannot smuggle content.
+// Replay checks tool events, markers and request records with a hand-written copy of
+// these rules (detectors/no-progress/replay/fastline.ts): change both together; its
+// test compares them.
 
 /** Session, call and request ids: printable ASCII without spaces (opencode `ses_...`, provider call ids). */
 export const IdSchema = z

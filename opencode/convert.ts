@@ -418,6 +418,19 @@ export interface ConvertIssue {
 }
 
 /**
+ * Where a session's conversion stands between two messages: all a message needs from the
+ * ones before it (the landed rules' memory, and whether the task prompt was seen).
+ */
+export interface ConvertCursor {
+  tracker: LandedTracker;
+  seenUser: boolean;
+}
+
+export function newConvertCursor(): ConvertCursor {
+  return { tracker: newLandedTracker(), seenUser: false };
+}
+
+/**
  * One session's `GET /session/{id}/message` list -> its inputs in order: per assistant
  * message the request record first (the LLM call came before its tools), then its
  * finished tool calls, then compaction_done for a summary; per user message a
@@ -430,62 +443,79 @@ export function sessionToInputs(
 ): { inputs: ConvertedInput[]; issues: ConvertIssue[] } {
   const inputs: ConvertedInput[] = [];
   const issues: ConvertIssue[] = [];
-  let tr = newLandedTracker();
-  let seenUser = false;
+  let cur = newConvertCursor();
+  messages.forEach((raw, mi) => {
+    cur = messageToInputs(session, raw, mi, cur, inputs, issues);
+  });
+  return { inputs, issues };
+}
+
+/**
+ * One message of a session, the `mi`-th (issues name it), converted from `cur` (the
+ * cursor after the message before it): its inputs and issues are appended, the cursor
+ * after it returned. Lets a reader that kept the earlier messages' inputs convert only
+ * the messages that changed since.
+ */
+export function messageToInputs(
+  session: OcSession,
+  raw: unknown,
+  mi: number,
+  cur: ConvertCursor,
+  inputs: ConvertedInput[],
+  issues: ConvertIssue[],
+): ConvertCursor {
   const base = {
     session_id: session.id,
     parent_session_id: session.parentID ?? null,
     agent: session.agent,
   };
-  messages.forEach((raw, mi) => {
-    let msg: OcMessage;
-    let info: OcMessageInfo;
+  let msg: OcMessage;
+  let info: OcMessageInfo;
+  try {
+    msg = need<OcMessage>(raw, 'message', 'object');
+    info = need<OcMessageInfo>(msg.info, 'info', 'object');
+    need<string>(info.role, 'info.role', 'string');
+    if (!Array.isArray(msg.parts)) throw new ShapeError('parts', 'expected array');
+  } catch (e) {
+    issues.push(issue(`message ${mi}`, e));
+    return cur;
+  }
+  const created = num(info.time?.created) ?? 0;
+  if (info.role === 'user') {
+    if (isContinuationMessage(msg, !cur.seenUser)) {
+      inputs.push({ type: 'progress', event: marker('continuation', base, created, str(info.id)) });
+    }
+    return cur.seenUser ? cur : { tracker: cur.tracker, seenUser: true };
+  }
+  if (info.role !== 'assistant') return cur;
+  let tr = cur.tracker;
+  const agent = base.agent ?? info.agent;
+  const ctx: SessionContext = { ...base, agent, cwd: info.path?.cwd ?? session.directory };
+  try {
+    const rec = assistantToRequest(info, ctx);
+    if (rec) inputs.push({ type: 'request', record: rec });
+  } catch (e) {
+    issues.push(issue(`message ${mi}`, e));
+  }
+  msg.parts.forEach((part, pi) => {
+    if (part === null || typeof part !== 'object' || (part as OcPart).type !== 'tool') return;
     try {
-      msg = need<OcMessage>(raw, 'message', 'object');
-      info = need<OcMessageInfo>(msg.info, 'info', 'object');
-      need<string>(info.role, 'info.role', 'string');
-      if (!Array.isArray(msg.parts)) throw new ShapeError('parts', 'expected array');
-    } catch (e) {
-      issues.push(issue(`message ${mi}`, e));
-      return;
-    }
-    const created = num(info.time?.created) ?? 0;
-    if (info.role === 'user') {
-      if (isContinuationMessage(msg, !seenUser)) {
-        inputs.push({ type: 'progress', event: marker('continuation', base, created, str(info.id)) });
+      const r = toolPartToEvent(part, ctx, tr, created);
+      if (r) {
+        tr = r.tracker;
+        inputs.push({ type: 'progress', event: r.event });
       }
-      seenUser = true;
-      return;
-    }
-    if (info.role !== 'assistant') return;
-    const agent = base.agent ?? info.agent;
-    const ctx: SessionContext = { ...base, agent, cwd: info.path?.cwd ?? session.directory };
-    try {
-      const rec = assistantToRequest(info, ctx);
-      if (rec) inputs.push({ type: 'request', record: rec });
     } catch (e) {
-      issues.push(issue(`message ${mi}`, e));
-    }
-    msg.parts.forEach((part, pi) => {
-      if (part === null || typeof part !== 'object' || (part as OcPart).type !== 'tool') return;
-      try {
-        const r = toolPartToEvent(part, ctx, tr, created);
-        if (r) {
-          tr = r.tracker;
-          inputs.push({ type: 'progress', event: r.event });
-        }
-      } catch (e) {
-        issues.push(issue(`message ${mi} part ${pi}`, e));
-      }
-    });
-    if (isCompactionDone(info)) {
-      inputs.push({
-        type: 'progress',
-        event: marker('compaction_done', ctx, num(info.time?.completed) ?? created, str(info.id)),
-      });
+      issues.push(issue(`message ${mi} part ${pi}`, e));
     }
   });
-  return { inputs, issues };
+  if (isCompactionDone(info)) {
+    inputs.push({
+      type: 'progress',
+      event: marker('compaction_done', ctx, num(info.time?.completed) ?? created, str(info.id)),
+    });
+  }
+  return tr === cur.tracker ? cur : { tracker: tr, seenUser: cur.seenUser };
 }
 
 function issue(where: string, e: unknown): ConvertIssue {

@@ -1,13 +1,14 @@
-import { existsSync } from 'node:fs';
 import type { OpencodeClient } from '@opencode-ai/sdk/v2';
-import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { IdSchema, type ToolEvent, type Verdict } from '../../core/wire.ts';
 import { type JudgeInput, Tracker } from '../../detectors/no-progress/judge.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
-import { loadInput } from '../../detectors/no-progress/replay/inputs.ts';
 import { type OcSession, type SessionBulk, sessionBulk, sessionToInputs } from '../convert.ts';
+import { issueText } from './dbread.ts';
 import { fieldsOf, opencodeClient, short } from './discover.ts';
+
+// the DB fallback lives in dbread.ts
+export { collectFromDb, issueText } from './dbread.ts';
 
 // Step 2 and 3 of a tick: read the sessions active since the last tick (and their
 // children, whose landed work counts for them), convert them with the ONE shared
@@ -133,19 +134,6 @@ function check<T extends z.ZodType>(schema: T, data: unknown, what: string): z.o
   return r.data;
 }
 
-/**
- * A converter or reader issue as one line for the heartbeat and the blind alert. Their
- * messages name fields and types, but a JSON parse error quotes the row it choked on and
- * a status check quotes the value: quoted material and parentheses go.
- */
-export function issueText(i: { where: string; field: string; message: string }): string {
-  const msg = i.message
-    .replace(/\([^)]*\)/g, '')
-    .replace(/(["'`]).*?\1/g, '"?"')
-    .trim();
-  return `${i.where}: ${i.field}: ${msg}`.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
-}
-
 /** Assistant messages whose parts are all of unknown types: a renamed part type would otherwise look healthy. */
 function unknownParts(messages: z.output<typeof MessageListSchema>): string | null {
   for (let i = 0; i < messages.length; i++) {
@@ -264,126 +252,6 @@ export async function collectFromServer(url: string, o: CollectOptions): Promise
       inputs,
       ...(isActive ? { bulk: sessionBulk(messages) } : {}),
     });
-  }
-  return out;
-}
-
-interface DbSessionRow {
-  id: string;
-  time_updated: number;
-}
-
-/**
- * No server answered: read opencode.db read-only instead. A cheap query finds the
- * sessions updated since the window start; only when there are any is the history
- * loaded, through the replay reader (detectors/no-progress/replay/inputs.ts) so the DB is read one way.
- */
-export async function collectFromDb(path: string, o: CollectOptions): Promise<Collected> {
-  const out: Collected = { sessions: [], issues: [], errors: [], truncated: false };
-  if (!existsSync(path)) return out;
-  let rows: DbSessionRow[];
-  try {
-    const db = new Database(path, { readonly: true, fileMustExist: true });
-    try {
-      rows = db
-        .prepare('SELECT id, time_updated FROM session WHERE time_updated >= ? ORDER BY time_updated DESC LIMIT ?')
-        .all(o.since, o.maxSessions + 1) as DbSessionRow[];
-    } finally {
-      db.close();
-    }
-  } catch (e) {
-    const m = short(e);
-    // a missing table or column is opencode's storage changing shape; anything else (locked, unreadable) is an error
-    (/no such (table|column)|not a database/i.test(m) ? out.issues : out.errors).push(`${path}: ${m}`);
-    return out;
-  }
-  if (rows.length === 0) return out;
-  if (rows.length > o.maxSessions) {
-    out.truncated = true;
-    rows = rows.slice(0, o.maxSessions);
-  }
-  let loaded: Awaited<ReturnType<typeof loadInput>>;
-  try {
-    loaded = await loadInput(path);
-  } catch (e) {
-    const m = short(e);
-    (/no such (table|column)/i.test(m) ? out.issues : out.errors).push(`${path}: ${m}`);
-    return out;
-  }
-  const updated = new Map(rows.map((r) => [r.id, r.time_updated]));
-  // an odd row in a session nobody touched for months does not blind today's tick
-  const mine = loaded.issues.filter((i) => updated.has(/^session (\S+)/.exec(i.where)?.[1] ?? ''));
-  for (const i of mine.slice(0, 3)) out.issues.push(`${path}: ${issueText(i)}`);
-  const bySession = new Map<string, JudgeInput[]>();
-  for (const input of loaded.inputs) {
-    const id =
-      input.type === 'progress' ? input.event.session_id : input.type === 'request' ? input.record.session_id : '';
-    const list = bySession.get(id);
-    if (list === undefined) bySession.set(id, [input]);
-    else list.push(input);
-  }
-  const bulks = dbBulks(path, [...updated.keys()]);
-  for (const [id, info] of loaded.sessions) {
-    const bulk = bulks.get(id);
-    out.sessions.push({
-      id,
-      ...(info.parent ? { parent: info.parent } : {}),
-      ...(info.agent ? { agent: info.agent } : {}),
-      active: updated.has(id),
-      updated: updated.get(id) ?? 0,
-      inputs: bySession.get(id) ?? [],
-      ...(bulk ? { bulk } : {}),
-    });
-  }
-  return out;
-}
-
-interface DbBulkRow {
-  messages: number;
-  message_bytes: number | null;
-  part_bytes: number | null;
-  completed: number | null;
-  output: number | null;
-}
-
-/**
- * Session hygiene from opencode.db (read-only): stored messages, the bytes of their
- * message and part rows, the newest model-side write (a finished assistant message, or
- * an output part of one). Counts, sizes and times only; a storage that changed shape
- * gives no bulk (the verdicts are not held back for it).
- */
-export function dbBulks(path: string, ids: readonly string[]): Map<string, SessionBulk> {
-  const out = new Map<string, SessionBulk>();
-  if (!ids.length) return out;
-  try {
-    const db = new Database(path, { readonly: true, fileMustExist: true });
-    try {
-      const q = db.prepare(`SELECT
-          (SELECT COUNT(*) FROM message WHERE session_id = @id) AS messages,
-          (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM message WHERE session_id = @id) AS message_bytes,
-          (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM part WHERE session_id = @id) AS part_bytes,
-          (SELECT MAX(json_extract(data, '$.time.completed')) FROM message
-             WHERE session_id = @id AND json_extract(data, '$.role') = 'assistant') AS completed,
-          (SELECT MAX(p.time_updated) FROM part p JOIN message m ON m.id = p.message_id
-             WHERE p.session_id = @id AND json_extract(m.data, '$.role') = 'assistant'
-               AND json_extract(p.data, '$.type') IN ('text', 'tool', 'reasoning')) AS output`);
-      for (const id of ids) {
-        const r = q.get({ id }) as DbBulkRow;
-        const bytes = (r.message_bytes ?? 0) + (r.part_bytes ?? 0);
-        const times = [r.completed, r.output].filter((t): t is number => typeof t === 'number');
-        out.set(id, {
-          messages: r.messages,
-          stored_bytes: bytes,
-          // the rows do not say where the last compaction cut the history
-          history_bytes: null,
-          updated_at: times.length ? Math.max(...times) : null,
-        });
-      }
-    } finally {
-      db.close();
-    }
-  } catch {
-    out.clear();
   }
   return out;
 }

@@ -11,7 +11,9 @@ import { VerdictLevelSchema } from '../../core/wire.ts';
 // - flagged: sessions this watchdog reported non-ok, so a recovered one is reported ok;
 // - service_down: the open outage and the sessions already named in its direct alert
 //   (one alert per outage, another only when a new session is flagged).
-// A missing or unreadable file is a first run, never an error.
+// A missing or unreadable file is a first run, never an error. What the DB fallback
+// kept of its last read is a separate, larger file beside this one (dbread.ts), so
+// this one stays small and is rewritten on every path, errors included.
 
 export const TICK_STATUSES = ['ok', 'flagged', 'idle', 'blind', 'error', 'skipped'] as const;
 export type TickStatus = (typeof TICK_STATUSES)[number];

@@ -1,8 +1,10 @@
 import { copyFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import { loadConfig } from '../../core/config.ts';
+import { createLogger } from '../../core/logger.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import type { NoProgressDetector } from '../../detectors/no-progress/no-progress.detector.ts';
 import type { SessionHygieneDetector } from '../../detectors/session-hygiene/hygiene.detector.ts';
@@ -26,6 +28,7 @@ import {
   ocMessages,
   ocSession,
 } from '../../test/helpers/opencode.ts';
+import { OcDb } from '../../test/helpers/opencode-db.ts';
 import { collectFromDb, collectFromServer, issueText } from './collect.ts';
 import { readState } from './state.ts';
 import { runTick } from './tick.ts';
@@ -282,6 +285,41 @@ describe('watchdog tick', () => {
     expect(st?.stats?.stored_bytes).toBeGreaterThan(10_842);
     expect(['ok', 'flagged']).toContain(r.status);
     expect(readFileSync(db).equals(before)).toBe(true);
+  });
+
+  it('a later DB tick reads only what changed: the kept reads sit beside the state file', async () => {
+    const db = join(dir, 'opencode.db');
+    copyFileSync(join(import.meta.dirname, '../../test/fixtures/opencode-export/opencode.db'), db);
+    const cfg = config(
+      { servers: ['http://127.0.0.1:9'], opencode_db: db, interval: '3650d' },
+      { local_compute: { enabled: false } },
+    );
+    const first = await runTick({ config: cfg });
+    expect(first).toMatchObject({ source: 'db' });
+    expect(existsSync(join(dir, 'state.db-cache.json'))).toBe(true);
+    // the root session goes on: one more read, after the first tick
+    const root = 'ses_dd3c1f1ffffe6w37wujp0POfVN';
+    const w = new OcDb(db);
+    const now = Date.now();
+    w.message(root, ocMessages(root, now, [{ tool: 'read', input: { filePath: '/work/project/x.js' } }])[1], now);
+    w.touch(root, now);
+    w.close();
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: 'debug',
+      format: 'json',
+      destination: new Writable({
+        write(chunk, _e, cb) {
+          lines.push(String(chunk));
+          cb();
+        },
+      }),
+    });
+    const second = await runTick({ config: cfg, logger });
+    expect(second).toMatchObject({ source: 'db', sessions: 1 });
+    const read = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'watchdog: opencode.db read');
+    expect(read).toMatchObject({ full: 0, incremental: 2 });
+    expect(lines.join('')).not.toContain('full read of a session');
   });
 });
 

@@ -3,14 +3,8 @@ import type { VigilConfig } from '../../core/config.ts';
 import { type Logger, silentLogger } from '../../core/logger.ts';
 import type { SessionStatsEvent } from '../../core/wire.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
-import {
-  type Collected,
-  collectFromDb,
-  collectFromServer,
-  type JudgedSession,
-  judgeSessions,
-  type LoadedSession,
-} from './collect.ts';
+import { type Collected, collectFromServer, type JudgedSession, judgeSessions, type LoadedSession } from './collect.ts';
+import { collectFromDb, dbCachePath, readDbCache, writeDbCache } from './dbread.ts';
 import { candidateServers, probeAll, short } from './discover.ts';
 import { acquireLock, type LockInfo } from './lock.ts';
 import { askModel, buildDigest, type SecondOpinion } from './opinion.ts';
@@ -201,7 +195,22 @@ async function body(
     }
   } else if (existsSync(paths.db)) {
     source = 'db';
-    Object.assign(collected, await collectFromDb(paths.db, copts));
+    // what the last DB read kept: only rows changed since are read
+    const cachePath = dbCachePath(paths.state);
+    const cache = readDbCache(cachePath);
+    const c = await collectFromDb(paths.db, { ...copts, cache, logger: log });
+    collected.sessions = c.sessions;
+    collected.issues = c.issues;
+    collected.errors = c.errors;
+    collected.truncated = c.truncated;
+    if (c.cache !== null && c.cache !== cache) {
+      try {
+        writeDbCache(cachePath, c.cache);
+      } catch (e) {
+        // the next tick reads these sessions in full again: slower, not wrong
+        log.warn({ err: clip(short(e)) }, 'watchdog: cannot write the opencode.db read cache');
+      }
+    }
   }
   issues.push(...collected.issues);
   if (collected.truncated)

@@ -7,21 +7,26 @@ import type { z } from 'zod';
 import { ProgressEventSchema, RequestRecordSchema } from '../../../core/wire.ts';
 import { type OcSession, sessionToInputs } from '../../../opencode/convert.ts';
 import type { JudgeInput } from '../judge.ts';
+import { fastInput } from './fastline.ts';
 
-// The three inputs `vigil replay INPUT` reads, all turned into one time-ordered list of
-// judge inputs. A bad record is reported (where + field + message) and skipped; the
-// rest goes on.
+// The three inputs `vigil replay INPUT` reads, all turned into judge inputs in replay
+// order. A bad record is reported (where + field + message) and skipped; the rest goes
+// on. `eachInput` hands them over one at a time and keeps none; `loadInput` collects
+// them into a list.
 //
 // 1. JSONL: one object per line, a progress event or a request record. The optional
 //    `type` field says which ("progress" | "request"); without it a line with
 //    `request_id` is a request record, anything else a progress event. Lines are
-//    replayed in file order (the writer's order is the truth).
+//    replayed in file order (the writer's order is the truth), read line by line:
+//    memory does not grow with the file.
 // 2. A folder of opencode exports:
 //      session.json            the `GET /session` list (children included)
 //      messages/<id>.json      `GET /session/{id}/message` for each session
 //    (`<id>.json` beside session.json is accepted too). Sessions are merged by time.
 // 3. opencode's own SQLite DB (`opencode.db`, tables session / message / part with the
 //    JSON in `data`), opened read-only. Sessions are merged by time.
+// Merging by time needs every session's inputs first: folders and DBs are loaded (in
+// their converted form, no content), then handed over.
 
 export type InputKind = 'jsonl' | 'folder' | 'sqlite';
 
@@ -48,9 +53,24 @@ export interface LoadedInput {
 export interface LoadOptions {
   /** Called once per issue as it is found (replay prints them to stderr at once). */
   onIssue?: (i: InputIssue) => void;
-  /** Progress, in `unit`s: bytes for JSONL, sessions for the others. */
+  /** Progress: lines for JSONL (counted first, only when asked), sessions for the others. */
   onProgress?: (done: number, total: number) => void;
 }
+
+/** What a streamed input leaves besides its inputs: no input is kept. */
+export interface StreamedInput {
+  kind: InputKind;
+  /** inputs handed over */
+  inputs: number;
+  /** rejected records, all counted */
+  rejected: number;
+  /** the first MAX_KEPT_ISSUES of them (each went to onIssue as it was found) */
+  issues: InputIssue[];
+  sessions: Map<string, SessionInfo>;
+}
+
+/** Issues kept in a result; the rest are counted (and were each reported as found). */
+export const MAX_KEPT_ISSUES = 100;
 
 const SQLITE_MAGIC = 'SQLite format 3\0';
 
@@ -69,9 +89,45 @@ export function detectKind(path: string): InputKind {
 
 export async function loadInput(path: string, opts: LoadOptions = {}): Promise<LoadedInput> {
   const kind = detectKind(path);
-  if (kind === 'jsonl') return loadJsonl(path, opts);
   if (kind === 'folder') return loadFolder(path, opts);
-  return loadSqlite(path, opts);
+  if (kind === 'sqlite') return loadSqlite(path, opts);
+  const out: LoadedInput = { kind, inputs: [], issues: [], sessions: new Map() };
+  await streamJsonl(
+    path,
+    (i) => {
+      out.inputs.push(i);
+    },
+    {
+      ...opts,
+      onIssue: (i) => {
+        out.issues.push(i);
+        opts.onIssue?.(i);
+      },
+    },
+  );
+  return out;
+}
+
+/**
+ * Hand INPUT's judge inputs to `each` in replay order, keeping none: a JSONL file is
+ * read and judged line by line; a folder or a DB is loaded first (merged by time).
+ */
+export async function eachInput(
+  path: string,
+  each: (i: JudgeInput) => void,
+  opts: LoadOptions = {},
+): Promise<StreamedInput> {
+  const kind = detectKind(path);
+  if (kind === 'jsonl') return streamJsonl(path, each, opts);
+  const loaded = kind === 'folder' ? await loadFolder(path, opts) : loadSqlite(path, opts);
+  for (const i of loaded.inputs) each(i);
+  return {
+    kind,
+    inputs: loaded.inputs.length,
+    rejected: loaded.issues.length,
+    issues: loaded.issues.slice(0, MAX_KEPT_ISSUES),
+    sessions: loaded.sessions,
+  };
 }
 
 /** The first issue of a zod error, as field + message. */
@@ -96,6 +152,9 @@ export function parseLine(line: string, where: string): JudgeInput | InputIssue 
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     return { where, field: '(json)', message: 'expected a JSON object' };
   }
+  // the common, plainly valid records skip zod (fastline.ts: the same checks, the same output)
+  const fast = fastInput(raw as Record<string, unknown>);
+  if (fast !== undefined) return fast;
   const { type, ...rest } = raw as Record<string, unknown>;
   const isRequest = type === 'request' || (type === undefined && 'request_id' in rest);
   if (type !== undefined && type !== 'request' && type !== 'progress') {
@@ -113,28 +172,44 @@ export function parseLine(line: string, where: string): JudgeInput | InputIssue 
   return r.success ? { type: 'progress', event: r.data } : { where, ...zodIssue(r.error) };
 }
 
-async function loadJsonl(path: string, opts: LoadOptions): Promise<LoadedInput> {
-  const out: LoadedInput = { kind: 'jsonl', inputs: [], issues: [], sessions: new Map() };
-  const total = statSync(path).size;
-  const stream = createReadStream(path, { encoding: 'utf8' });
-  let bytes = 0;
-  stream.on('data', (chunk) => {
-    bytes += Buffer.byteLength(chunk as string);
-    opts.onProgress?.(bytes, total);
+/** Lines in a file, read in chunks (for a progress total, without holding the file). */
+async function countLines(path: string): Promise<number> {
+  let n = 0;
+  let last = 10;
+  for await (const chunk of createReadStream(path)) {
+    const buf = chunk as Buffer;
+    for (let i = buf.indexOf(10); i >= 0; i = buf.indexOf(10, i + 1)) n++;
+    if (buf.length) last = buf[buf.length - 1];
+  }
+  return last === 10 ? n : n + 1;
+}
+
+const isSpace = (c: number) => c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0xfeff || c > 0x1000;
+
+async function streamJsonl(path: string, each: (i: JudgeInput) => void, opts: LoadOptions): Promise<StreamedInput> {
+  const out: StreamedInput = { kind: 'jsonl', inputs: 0, rejected: 0, issues: [], sessions: new Map() };
+  const total = opts.onProgress ? await countLines(path) : 0;
+  const rl = createInterface({
+    input: createReadStream(path, { encoding: 'utf8' }),
+    crlfDelay: Number.POSITIVE_INFINITY,
   });
-  const rl = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY });
   let n = 0;
   for await (const line of rl) {
     n++;
-    if (line.trim() === '') continue;
+    if (opts.onProgress && (n & 1023) === 0) opts.onProgress(n, total);
+    // blank lines are skipped; only a line starting with a space can be blank
+    if (line.length === 0 || (isSpace(line.charCodeAt(0)) && line.trim() === '')) continue;
     const r = parseLine(line, `line ${n}`);
     if ('where' in r) {
-      out.issues.push(r);
+      out.rejected++;
+      if (out.issues.length < MAX_KEPT_ISSUES) out.issues.push(r);
       opts.onIssue?.(r);
     } else {
-      out.inputs.push(r);
+      out.inputs++;
+      each(r);
     }
   }
+  opts.onProgress?.(n, total);
   return out;
 }
 
@@ -146,16 +221,21 @@ interface Timed {
 
 const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
 
-/** Check converter output against the wire schemas (bounds, ASCII) before replaying it. */
-function admit(out: LoadedInput, timed: Timed[], where: string, i: JudgeInput, opts: LoadOptions): void {
+/** Converter output checked against the wire schemas (bounds, ASCII): null when it passes, else why not. */
+export function checkInput(i: JudgeInput): { field: string; message: string } | null {
   const r =
     i.type === 'progress'
       ? ProgressEventSchema.safeParse(i.event)
       : i.type === 'request'
         ? RequestRecordSchema.safeParse(i.record)
         : null;
-  if (r !== null && !r.success) {
-    const issue = { where, ...zodIssue(r.error) };
+  return r !== null && !r.success ? zodIssue(r.error) : null;
+}
+
+function admit(out: LoadedInput, timed: Timed[], where: string, i: JudgeInput, opts: LoadOptions): void {
+  const bad = checkInput(i);
+  if (bad !== null) {
+    const issue = { where, ...bad };
     out.issues.push(issue);
     opts.onIssue?.(issue);
     return;
@@ -266,6 +346,31 @@ interface SessionRow {
   time_created: number;
 }
 
+export interface DbMessageRow {
+  id: string;
+  data: string;
+}
+export interface DbPartRow {
+  id: string;
+  message_id: string;
+  data: string;
+}
+
+/**
+ * A message row and its part rows (in part id order) -> the message as
+ * `GET /session/{id}/message` lists it. Throws when a row's `data` is not JSON.
+ */
+export function dbMessage(
+  sessionId: string,
+  m: DbMessageRow,
+  parts: readonly DbPartRow[],
+): { info: Record<string, unknown>; parts: Record<string, unknown>[] } {
+  return {
+    info: { ...JSON.parse(m.data), id: m.id, sessionID: sessionId },
+    parts: parts.map((p) => ({ ...JSON.parse(p.data), id: p.id, messageID: p.message_id, sessionID: sessionId })),
+  };
+}
+
 function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
   const out: LoadedInput = { kind: 'sqlite', inputs: [], issues: [], sessions: new Map() };
   const timed: Timed[] = [];
@@ -280,19 +385,16 @@ function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
     for (const row of sessions) {
       opts.onProgress?.(++done, sessions.length);
       const where = `session ${row.id}`;
-      const byMessage = new Map<string, unknown[]>();
+      const byMessage = new Map<string, DbPartRow[]>();
       const messages: unknown[] = [];
       try {
-        for (const p of parts.iterate(row.id) as Iterable<{ id: string; message_id: string; data: string }>) {
-          const list = byMessage.get(p.message_id) ?? [];
-          list.push({ ...JSON.parse(p.data), id: p.id, messageID: p.message_id, sessionID: row.id });
-          byMessage.set(p.message_id, list);
+        for (const p of parts.iterate(row.id) as Iterable<DbPartRow>) {
+          const list = byMessage.get(p.message_id);
+          if (list === undefined) byMessage.set(p.message_id, [p]);
+          else list.push(p);
         }
-        for (const m of msgs.iterate(row.id) as Iterable<{ id: string; data: string }>) {
-          messages.push({
-            info: { ...JSON.parse(m.data), id: m.id, sessionID: row.id },
-            parts: byMessage.get(m.id) ?? [],
-          });
+        for (const m of msgs.iterate(row.id) as Iterable<DbMessageRow>) {
+          messages.push(dbMessage(row.id, m, byMessage.get(m.id) ?? []));
         }
       } catch (e) {
         const issue = { where, field: 'data', message: `unreadable row (${(e as Error).message.slice(0, 80)})` };

@@ -2,11 +2,12 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { replay as replayCommand } from '../../../cli/replay.ts';
 import { generateCalibration, toJsonl } from '../../../test/fixtures/calibration.ts';
 import { LEVELS, Tracker } from '../judge.ts';
 import { defaultKnobs } from '../knobs.ts';
-import { detectKind, parseLine } from './inputs.ts';
-import { DEFAULT_SWEEP, replayCommand, runReplay, sweepGrid } from './replay.ts';
+import { detectKind, eachInput, loadInput, parseLine } from './inputs.ts';
+import { DEFAULT_SWEEP, replayLoaded, runReplay, runSweep, score, sweepGrid } from './replay.ts';
 
 const EXPORT = join(import.meta.dirname, '../../../test/fixtures/opencode-export');
 const ROOT = 'ses_dd3c1f1ffffe6w37wujp0POfVN';
@@ -68,6 +69,7 @@ describe('replay of JSONL', () => {
         'verdict',
         'first_flagged_at',
         'reason',
+        'first_flagged_time',
       ]);
       expect(line.verdict === 'ok').toBe(c.expect === 'ok');
     }
@@ -78,8 +80,8 @@ describe('replay of JSONL', () => {
     const { out, io: sink } = io();
     await replayCommand({ input: calFile }, sink);
     expect(out.stdout).toMatch(/^ses_cal_item2_w2 \(sisyphus-junior\): 423 events, worst looping$/m);
-    expect(out.stdout).toMatch(/^ {2}#\d+ 2026-09-\d\dT[\d:.]+Z ok -> stalling {2}stalling: /m);
-    expect(out.stdout).toMatch(/^SESSION +AGENT +PARENT +EVENTS +VERDICT +FIRST +REASON$/m);
+    expect(out.stdout).toMatch(/^ {2}2026-09-\d\d [\d:]+Z {2}event #\d+ {2}ok -> stalling {2}stalling: /m);
+    expect(out.stdout).toMatch(/^SESSION +AGENT +PARENT +EVENTS +VERDICT +FIRST FLAGGED +REASON$/m);
     expect(out.stdout).toMatch(/^ses_cal_atlas +atlas +- +\d+ +ok +- +ok: /m);
     expect(out.stdout).toMatch(/sessions: \d+ ok, \d+ stalling, \d+ looping; \d+ inputs\n$/);
     expect(out.stdout).toMatch(/^[\x20-\x7e\n]*$/);
@@ -126,6 +128,46 @@ describe('replay of JSONL', () => {
       'line 2',
     );
     expect('type' in ev && ev.type).toBe('progress');
+  });
+});
+
+describe('streaming', () => {
+  it('judges the lines of a JSONL file while it reads them, keeping none', async () => {
+    let total = 0;
+    let done = 0;
+    let judged = 0;
+    let whileReading = 0;
+    const r = await eachInput(
+      calFile,
+      () => {
+        judged++;
+        if (done > 0 && done < total) whileReading++;
+      },
+      {
+        onProgress: (d, t) => {
+          done = d;
+          total = t;
+        },
+      },
+    );
+    expect(r).toMatchObject({ kind: 'jsonl', inputs: cal.inputs.length, rejected: 0, issues: [] });
+    expect(judged).toBe(cal.inputs.length);
+    expect(done).toBe(total);
+    expect(total).toBe(cal.inputs.length);
+    expect(whileReading).toBeGreaterThan(cal.inputs.length / 2);
+  });
+
+  it('gives what replaying the loaded list gives; a sweep in one pass scores as one replay per set', async () => {
+    const streamed = await runReplay(calFile);
+    expect(streamed).toEqual(replayLoaded(await loadInput(calFile), defaultKnobs()));
+    const labels = Object.fromEntries(cal.cases.map((c) => [c.id, c.label]));
+    const grid = { stall_turns: [5, 20], top_warn: [8, 12] };
+    const { rows } = await runSweep(calFile, labels, defaultKnobs(), grid);
+    expect(rows).toHaveLength(4);
+    for (const row of rows) {
+      const one = await runReplay(calFile, { knobs: { ...defaultKnobs(), ...row.knobs } });
+      expect(row.score).toEqual(score(one.sessions, labels));
+    }
   });
 });
 
@@ -215,27 +257,26 @@ describe('labels and sweep', () => {
     expect(await replayCommand({ input: calFile, labels }, sink)).toBe(0);
     const flagged = cal.cases.filter((c) => c.label === 'loop').length;
     const ok = cal.cases.length - flagged;
-    expect(out.stdout).toMatch(new RegExp(`labels: TP=${flagged} FP=0 FN=0 TN=${ok} mean_delay=[\\d.]+\\n$`));
+    expect(out.stdout).toMatch(new RegExp(`labels: TP=${flagged} FP=0 FN=0 TN=${ok} mean_delay=[\\d.]+ events\\n$`));
   });
 
   it('replays the default grid and ranks the threshold sets, the defaults without an error', async () => {
     const { out, io: sink } = io();
-    expect(await replayCommand({ input: calFile, labels, sweep: true }, sink)).toBe(0);
-    const rows = out.stdout.trim().split('\n');
+    expect(await replayCommand({ input: calFile, labels, sweep: true, json: true }, sink)).toBe(0);
+    const rows = out.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(rows).toHaveLength(3 ** Object.keys(DEFAULT_SWEEP).length);
-    expect(rows[0]).toMatch(
-      /^landed_repeat_warn=\d+ lookup_run_warn=\d+ run_warn=\d+ tree_grace_turns=\d+ {2}TP=\d+ FP=0 FN=0 TN=\d+ mean_delay=[\d.]+$/,
-    );
+    expect(Object.keys(rows[0].knobs)).toEqual(Object.keys(DEFAULT_SWEEP));
+    expect(rows[0]).toMatchObject({ fp: 0, fn: 0, mean_delay: expect.any(Number) });
     const k = defaultKnobs();
-    const at = Object.keys(DEFAULT_SWEEP)
-      .map((key) => `${key}=${k[key as keyof typeof k]}`)
-      .join(' ');
+    const at = (r: { knobs: Record<string, number> }) =>
+      Object.keys(DEFAULT_SWEEP).every((key) => r.knobs[key] === k[key as keyof typeof k]);
     const flagged = cal.cases.filter((c) => c.label === 'loop').length;
-    expect(rows.find((r) => r.startsWith(`${at} `))).toMatch(
-      new RegExp(`  TP=${flagged} FP=0 FN=0 TN=${cal.cases.length - flagged} `),
-    );
+    expect(rows.find(at)).toMatchObject({ tp: flagged, fp: 0, fn: 0, tn: cal.cases.length - flagged });
     // the grid reaches past the error-free region on both kinds of error
-    expect(rows.some((r) => !/ FP=0 /.test(r))).toBe(true);
+    expect(rows.some((r) => r.fp !== 0)).toBe(true);
   });
 
   it('takes a grid file and prints JSON rows', async () => {
