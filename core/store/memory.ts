@@ -126,7 +126,7 @@ export class MemoryStore implements Store {
   async updateBytes<R>(key: string, fn: (current: Uint8Array | undefined) => BytesUpdate<R>): Promise<R> {
     const cur = this.live(key)?.v as Uint8Array | undefined;
     const r = fn(cur === undefined ? undefined : new Uint8Array(cur));
-    this.put(key, new Uint8Array(r.value), r.ttlMs);
+    if (r.value !== undefined) this.put(key, new Uint8Array(r.value), r.ttlMs);
     return r.result;
   }
 

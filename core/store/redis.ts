@@ -284,9 +284,21 @@ export class RedisStore implements Store {
   async updateBytes<R>(key: string, fn: (current: Uint8Array | undefined) => BytesUpdate<R>): Promise<R> {
     const k = this.k(key);
     let cur = this.lastBytes.get(k) ?? null;
+    // Whether cur is what Redis held at some point of this call (not a remembered guess).
+    let confirmed = false;
     for (let attempt = 0; attempt < 100; attempt++) {
       // A copy: fn may decode views over it and change them.
       const r = fn(cur === null ? undefined : new Uint8Array(cur));
+      if (r.value === undefined) {
+        // No write: right only if fn saw the real value.
+        if (confirmed) return r.result;
+        const actual = await this.client.getBuffer(k);
+        if (actual === null ? cur === null : cur !== null && actual.equals(cur)) return r.result;
+        cur = actual;
+        confirmed = true;
+        if (actual) this.lastBytes.set(k, actual);
+        continue;
+      }
       const next = Buffer.from(r.value);
       const [ok, actual] = await this.client.vigilCasBuffer(
         k,
@@ -301,6 +313,7 @@ export class RedisStore implements Store {
         return r.result;
       }
       cur = actual ?? null;
+      confirmed = true;
     }
     throw new Error(`store update of ${key} kept conflicting`);
   }

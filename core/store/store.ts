@@ -13,7 +13,8 @@ export interface UpdateResult<T, R> {
 }
 
 export interface BytesUpdate<R> {
-  value: Uint8Array;
+  /** The bytes to write; undefined leaves the key as it is (a decision not to write). */
+  value: Uint8Array | undefined;
   result: R;
   ttlMs?: number;
 }

@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type ProgressEvent, type RequestRecord, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
@@ -412,6 +414,44 @@ describe('state encoding', () => {
     expect(encodeState(s).length).toBeLessThan(320);
     for (let i = 0; i < 100; i++) onProgress(s, tool('x', `c${i}`), k);
     expect(encodeState(s).length).toBeLessThan(3_000);
+  });
+
+  it('reads a state version 3 wrote (4-byte counters), and writes it a sixth smaller', () => {
+    // The same 150 calls that made the fixture, with the encoder of version 3.
+    const s = newSessionState(k);
+    for (let i = 0; i < 150; i++) {
+      const c = i % 7 === 0 ? 'bash sh check.sh' : `read src/f${i % 45}.ts`;
+      onProgress(
+        s,
+        {
+          kind: 'tool',
+          session_id: 's',
+          agent: 'build',
+          tool: c.split(' ')[0],
+          call_id: `c${i}`,
+          fingerprint: sha256Hex(c),
+          target: c.slice(5),
+          exit: i % 7 === 0 ? 1 : 0,
+          landed: i % 40 === 0,
+          ts: 1000 + i,
+        },
+        k,
+      );
+    }
+    const hex = readFileSync(join(import.meta.dirname, 'fixtures/state-v3.hex'), 'utf8').trim();
+    const v3 = new Uint8Array(Buffer.from(hex, 'hex'));
+    expect(v3[0]).toBe(3);
+    const back = decodeState(v3);
+    expect(verdictOf(back, k)).toEqual(verdictOf(s, k));
+    expect(encodeState(back)).toEqual(encodeState(s));
+    expect(encodeState(s).length).toBeLessThan(v3.length * 0.85);
+  });
+
+  it('rejects a truncated state', () => {
+    const s = newSessionState(k);
+    for (let i = 0; i < 30; i++) onProgress(s, tool('x', `c${i}`), k);
+    const bytes = encodeState(s);
+    expect(() => decodeState(bytes.subarray(0, 20))).toThrow();
   });
 
   it('rejects an unknown version', () => {
@@ -867,7 +907,7 @@ describe('state encoding, version 2', () => {
       level: 'ok',
       signals: { top_target: 'read a.ts', top_count: 5, session_repeat: 5, landed: 1, identical_run: 0 },
     });
-    expect(encodeState(s)[0]).toBe(3);
+    expect(encodeState(s)[0]).toBe(4);
     // and goes on judging
     onProgress(s, tool('v1', 'a.ts'), k);
     expect(verdictOf(s, k).signals.identical_run).toBe(1);
@@ -985,7 +1025,7 @@ describe('state encoding, version 3', () => {
     const s = decodeState(new Uint8Array(v2));
     expect(s).toMatchObject({ agent: 'build', parent: 'root', calls: 12, landed: 1, recoveries: 0, recoveredAt: 0 });
     expect(verdictOf(s, k).signals).toMatchObject({ top_target: 'bash sh check.sh', top_count: 6, fail_streak: 6 });
-    expect(encodeState(s)[0]).toBe(3);
+    expect(encodeState(s)[0]).toBe(4);
     rebase(s, k, 7);
     expect(decodeState(encodeState(s))).toMatchObject({ recoveries: 1, recoveredAt: 7 });
   });

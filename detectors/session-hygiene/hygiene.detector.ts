@@ -112,7 +112,7 @@ export class SessionHygieneDetector implements Detector {
     k: HygieneOptions,
     lifeOnly: boolean,
   ): Promise<readonly Transition[]> {
-    if (lifeOnly && (await this.repo.get(ev.session_id))?.resume_at == null) return NONE;
+    if (lifeOnly && !(await this.repo.resumePending(ev.session_id))) return NONE;
     const env = ev.kind === 'assistant' && ev.model !== undefined ? await this.repo.envelope(ev.model) : undefined;
     const changes = (await this.repo.mutate(ev.session_id, (st) => onEvent(st, ev, k, env), !lifeOnly)) ?? [];
     if (ev.kind === 'assistant' && learnsFrom(ev)) await this.repo.learn(ev.model!, (b) => learnAssistant(b, ev, k));

@@ -1,4 +1,5 @@
 import type { Store } from '../../core/store/store.ts';
+import { decodeHygiene, encodeHygiene, resumePendingIn } from './codec.ts';
 import { R_RESUMES } from './judge/state.ts';
 import {
   type EnvelopeBook,
@@ -13,8 +14,8 @@ import { HY_TTL, hyKeys, INDEX_MAX } from './keys.ts';
 import type { HygieneOptions } from './options.ts';
 
 // Where the session-hygiene states and envelopes live. In-process (memory backend) they
-// are live objects and a known session costs no await; with Redis every state and every
-// model's envelope is a JSON value written compare-and-set (store.update: the judge's
+// are live objects and a known session costs no await; with Redis every state (deflated
+// JSON, codec.ts) and every model's envelope (JSON) is written compare-and-set (the judge's
 // step may run again on a fresh copy when another instance wrote in between), so
 // several instances judge one session consistently.
 
@@ -33,6 +34,8 @@ const isFlagged = (s: HygieneState | undefined): boolean => s !== undefined && s
 
 export interface HygieneRepo {
   get(id: string): Promise<HygieneState | undefined>;
+  /** Whether a resume waits for its first sign of life (what a tool call needs to know). */
+  resumePending(id: string): Promise<boolean>;
   /** Runs `step` on the state (a new one when absent and `create`); undefined when absent and not created. */
   mutate(id: string, step: Step, create: boolean): Promise<readonly HygieneChange[] | undefined>;
   ids(): Promise<string[]>;
@@ -58,6 +61,10 @@ export class LiveRepo implements HygieneRepo {
 
   peek(id: string): HygieneState | undefined {
     return this.states.get(id);
+  }
+
+  async resumePending(id: string) {
+    return (this.states.get(id)?.resume_at ?? null) !== null;
   }
 
   async get(id: string) {
@@ -134,28 +141,34 @@ export function bookOf(model: string, e: ModelEnvelope | null | undefined): Enve
   return book;
 }
 
-/** Shared: JSON per session and per model, written compare-and-set. */
+/** Shared: a compact state per session (codec.ts) and JSON per model, written compare-and-set. */
 export class StoreRepo implements HygieneRepo {
   constructor(
     private readonly store: Store,
     private readonly knobs: () => HygieneOptions,
   ) {}
 
-  get(id: string) {
-    return this.store.get<HygieneState>(hyKeys.state(id));
+  async get(id: string) {
+    const b = await this.store.getBytes(hyKeys.state(id));
+    return b === undefined ? undefined : decodeHygiene(b);
+  }
+
+  async resumePending(id: string) {
+    const b = await this.store.getBytes(hyKeys.state(id));
+    return b !== undefined && resumePendingIn(b);
   }
 
   async mutate(id: string, step: Step, create: boolean): Promise<readonly HygieneChange[] | undefined> {
-    const r = await this.store.update<
-      HygieneState,
+    const r = await this.store.updateBytes<
       { changes: readonly HygieneChange[]; timed: [boolean, boolean]; flagged: [boolean, boolean] } | undefined
-    >(hyKeys.state(id), (cur) => {
+    >(hyKeys.state(id), (bytes) => {
+      const cur = bytes === undefined ? undefined : decodeHygiene(bytes);
       if (cur === undefined && !create) return { value: undefined, result: undefined };
       const s = cur ?? newHygieneState(id);
       const before: [boolean, boolean] = [isTimed(cur), isFlagged(cur)];
       const changes = step(s);
       return {
-        value: s,
+        value: encodeHygiene(s),
         result: { changes, timed: [before[0], isTimed(s)], flagged: [before[1], isFlagged(s)] },
         ttlMs: HY_TTL.state,
       };

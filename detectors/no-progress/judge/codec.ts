@@ -7,7 +7,9 @@ import { FP_SLOTS, FP_W, type LevelCode, RING_W, SessionState, TG_SLOTS, TG_W, U
 // strings). Version 1 states (written before them) still decode, with those at zero.
 // 3: the recoveries (one word after the v2 words) and the latest recovery time (in the
 // fifth double, which versions 1 and 2 wrote as 0). Older states decode with none.
-const VERSION = 3;
+// 4: counters (the scalars and the table words that are not hashes) as varints (LEB128):
+// most are small, so a full state is about a sixth smaller. Hashes stay 4 bytes.
+const VERSION = 4;
 const V2_U32 = 11;
 const V3_U32 = 1;
 const enc = new TextEncoder();
@@ -41,6 +43,8 @@ export function encodeState(s: SessionState): Uint8Array {
     [names?.[i * 2], names?.[i * 2 + 1]].map((x) => (x === undefined ? undefined : enc.encode(x))),
   );
   for (const pair of nameBytes) for (const b of pair) size += 2 + (b?.length ?? 0);
+  // A varint takes at most one byte more than its 4: an upper bound, trimmed at the end.
+  size += 22 + V2_U32 + V3_U32 + fpUsed.length * 3 + tgUsed.length * 3;
 
   const out = new Uint8Array(size);
   const dv = new DataView(out.buffer);
@@ -53,6 +57,14 @@ export function encodeState(s: SessionState): Uint8Array {
   const f64 = (v: number) => {
     dv.setFloat64(o, v);
     o += 8;
+  };
+  const uv = (v: number) => {
+    let x = v >>> 0;
+    while (x > 0x7f) {
+      out[o++] = (x & 0x7f) | 0x80;
+      x >>>= 7;
+    }
+    out[o++] = x;
   };
   const bytes = (b: Uint8Array | undefined) => {
     if (b === undefined) {
@@ -102,7 +114,7 @@ export function encodeState(s: SessionState): Uint8Array {
     (s.runNull ? 1 : 0) | (s.landedNow ? 2 : 0),
     s.recoveries,
   ])
-    u32(v);
+    uv(v);
   for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, s.recoveredAt]) f64(v);
   dv.setUint16(o, 0);
   o += 2;
@@ -113,17 +125,27 @@ export function encodeState(s: SessionState): Uint8Array {
     const at = ((start + j) % s.cap) * RING_W;
     for (let w = 0; w < RING_W; w++) u32(s.buf[at + w]);
   }
+  // fingerprint slot: hash hi, lo | count (low 16) and bound (high 16), failure streak, seq | target hash
   for (const i of fpUsed) {
+    const at = s.fpBase + i * FP_W;
     out[o++] = i;
-    for (let w = 0; w < FP_W; w++) u32(s.buf[s.fpBase + i * FP_W + w]);
+    u32(s.buf[at]);
+    u32(s.buf[at + 1]);
+    uv(s.buf[at + 2]);
+    uv(s.buf[at + 3]);
+    uv(s.buf[at + 4]);
+    u32(s.buf[at + 5]);
   }
+  // target slot: target hash | count and bound, failure streak, seq
   tgUsed.forEach((i, j) => {
+    const at = s.tgBase + i * TG_W;
     out[o++] = i;
-    for (let w = 0; w < TG_W; w++) u32(s.buf[s.tgBase + i * TG_W + w]);
+    u32(s.buf[at]);
+    for (let w = 1; w < TG_W; w++) uv(s.buf[at + w]);
     bytes(nameBytes[j][0]);
     bytes(nameBytes[j][1]);
   });
-  return out;
+  return out.slice(0, o);
 }
 
 export function decodeState(bytes: Uint8Array): SessionState {
@@ -141,6 +163,19 @@ export function decodeState(bytes: Uint8Array): SessionState {
     o += 8;
     return v;
   };
+  const uv = () => {
+    let v = 0;
+    let shift = 0;
+    for (;;) {
+      const b = bytes[o++];
+      if (b === undefined) throw new Error('judge state truncated');
+      v += (b & 0x7f) * 2 ** shift;
+      if (b < 0x80) return v >>> 0;
+      shift += 7;
+    }
+  };
+  // Version 4 writes counters as varints; earlier versions as 4 bytes.
+  const cnt = version >= 4 ? uv : u32;
   const str = (): string | undefined => {
     const n = dv.getUint16(o);
     o += 2;
@@ -149,7 +184,7 @@ export function decodeState(bytes: Uint8Array): SessionState {
     o += n;
     return v;
   };
-  const v = Array.from({ length: 22 }, u32);
+  const v = Array.from({ length: 22 }, cnt);
   const s = new SessionState(v[0]);
   [, s.len, s.dups, s.winTop, s.winTopHi, s.novelRecent, s.calls, s.landed, s.requests] = v;
   s.winTopLo = v[20];
@@ -165,13 +200,13 @@ export function decodeState(bytes: Uint8Array): SessionState {
   s.readOnly = (flags & 2) !== 0;
   s.topDirty = (flags & 4) !== 0;
   if (version >= 2) {
-    const w = Array.from({ length: V2_U32 }, u32);
+    const w = Array.from({ length: V2_U32 }, cnt);
     [s.runLen, s.landRun, s.landSeq, s.landRepeats, s.treeLandings] = w;
     [s.runHi, s.runLo, s.runExit, s.landHi, s.landLo] = w.slice(5, 10);
     s.runNull = (w[10] & 1) !== 0;
     s.landedNow = (w[10] & 2) !== 0;
   }
-  if (version >= 3) s.recoveries = u32();
+  if (version >= 3) s.recoveries = cnt();
   s.usdSince = f64();
   s.tokSince = f64();
   s.usdTotal = f64();
@@ -193,13 +228,20 @@ export function decodeState(bytes: Uint8Array): SessionState {
   for (let j = 0; j < s.len; j++) for (let w = 0; w < RING_W; w++) s.buf[j * RING_W + w] = u32();
   s.head = s.len === s.cap ? 0 : s.len;
   for (let j = 0; j < fpN; j++) {
-    const i = bytes[o++];
-    for (let w = 0; w < FP_W; w++) s.buf[s.fpBase + i * FP_W + w] = u32();
+    const at = s.fpBase + bytes[o++] * FP_W;
+    s.buf[at] = u32();
+    s.buf[at + 1] = u32();
+    s.buf[at + 2] = cnt();
+    s.buf[at + 3] = cnt();
+    s.buf[at + 4] = cnt();
+    s.buf[at + 5] = u32();
   }
   if (flags & 8) s.names = new Array(TG_SLOTS * 2).fill(undefined);
   for (let j = 0; j < tgN; j++) {
     const i = bytes[o++];
-    for (let w = 0; w < TG_W; w++) s.buf[s.tgBase + i * TG_W + w] = u32();
+    const at = s.tgBase + i * TG_W;
+    s.buf[at] = u32();
+    for (let w = 1; w < TG_W; w++) s.buf[at + w] = cnt();
     const tool = str();
     const target = str();
     if (s.names) {
