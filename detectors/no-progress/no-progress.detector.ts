@@ -150,12 +150,18 @@ export class NoProgressDetector implements Detector {
     // Kinds this judge does not know (another detector's signals) are not tool calls.
     if (ev.kind !== 'tool' && ev.kind !== 'continuation' && ev.kind !== 'compaction_done') return NONE;
     const k = this.knobs();
-    const apply = (st: SessionState) => {
-      onProgress(st, ev, k);
-      // A session without a router counts turns in tool calls: sample those.
-      if (!st.sawRequest && ev.kind === 'tool') this.sample(ev.session_id, st, undefined);
-    };
-    return this.step(ev.session_id, s, apply, { type: 'progress', event: ev }, k);
+    // (An inline function: run from source, a named one costs a defineProperty per event.)
+    return this.step(
+      ev.session_id,
+      s,
+      (st: SessionState) => {
+        onProgress(st, ev, k);
+        // A session without a router counts turns in tool calls: sample those.
+        if (!st.sawRequest && ev.kind === 'tool') this.sample(ev.session_id, st, undefined);
+      },
+      { type: 'progress', event: ev },
+      k,
+    );
   }
 
   /**

@@ -46,37 +46,8 @@ export function encodeState(s: SessionState): Uint8Array {
   // A varint takes at most one byte more than its 4: an upper bound, trimmed at the end.
   size += 22 + V2_U32 + V3_U32 + fpUsed.length * 3 + tgUsed.length * 3;
 
-  const out = new Uint8Array(size);
-  const dv = new DataView(out.buffer);
-  let o = 0;
-  out[o++] = VERSION;
-  const u32 = (v: number) => {
-    dv.setUint32(o, v >>> 0);
-    o += 4;
-  };
-  const f64 = (v: number) => {
-    dv.setFloat64(o, v);
-    o += 8;
-  };
-  const uv = (v: number) => {
-    let x = v >>> 0;
-    while (x > 0x7f) {
-      out[o++] = (x & 0x7f) | 0x80;
-      x >>>= 7;
-    }
-    out[o++] = x;
-  };
-  const bytes = (b: Uint8Array | undefined) => {
-    if (b === undefined) {
-      dv.setUint16(o, 0xffff);
-      o += 2;
-      return;
-    }
-    dv.setUint16(o, b.length);
-    o += 2;
-    out.set(b, o);
-    o += b.length;
-  };
+  const w = new Writer(size);
+  w.u8(VERSION);
   const flags = (s.sawRequest ? 1 : 0) | (s.readOnly ? 2 : 0) | (s.topDirty ? 4 : 0) | (names ? 8 : 0);
   for (const v of [
     s.cap,
@@ -114,77 +85,48 @@ export function encodeState(s: SessionState): Uint8Array {
     (s.runNull ? 1 : 0) | (s.landedNow ? 2 : 0),
     s.recoveries,
   ])
-    uv(v);
-  for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, s.recoveredAt]) f64(v);
-  dv.setUint16(o, 0);
-  o += 2;
-  for (const b of strBytes) bytes(b);
+    w.uv(v);
+  for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, s.recoveredAt]) w.f64(v);
+  w.u16(0);
+  for (const b of strBytes) w.bytes(b);
   // ring, oldest first
   const start = s.len === s.cap ? s.head : 0;
   for (let j = 0; j < s.len; j++) {
     const at = ((start + j) % s.cap) * RING_W;
-    for (let w = 0; w < RING_W; w++) u32(s.buf[at + w]);
+    for (let x = 0; x < RING_W; x++) w.u32(s.buf[at + x]);
   }
   // fingerprint slot: hash hi, lo | count (low 16) and bound (high 16), failure streak, seq | target hash
   for (const i of fpUsed) {
     const at = s.fpBase + i * FP_W;
-    out[o++] = i;
-    u32(s.buf[at]);
-    u32(s.buf[at + 1]);
-    uv(s.buf[at + 2]);
-    uv(s.buf[at + 3]);
-    uv(s.buf[at + 4]);
-    u32(s.buf[at + 5]);
+    w.u8(i);
+    w.u32(s.buf[at]);
+    w.u32(s.buf[at + 1]);
+    w.uv(s.buf[at + 2]);
+    w.uv(s.buf[at + 3]);
+    w.uv(s.buf[at + 4]);
+    w.u32(s.buf[at + 5]);
   }
   // target slot: target hash | count and bound, failure streak, seq
   tgUsed.forEach((i, j) => {
     const at = s.tgBase + i * TG_W;
-    out[o++] = i;
-    u32(s.buf[at]);
-    for (let w = 1; w < TG_W; w++) uv(s.buf[at + w]);
-    bytes(nameBytes[j][0]);
-    bytes(nameBytes[j][1]);
+    w.u8(i);
+    w.u32(s.buf[at]);
+    for (let x = 1; x < TG_W; x++) w.uv(s.buf[at + x]);
+    w.bytes(nameBytes[j][0]);
+    w.bytes(nameBytes[j][1]);
   });
-  return out.slice(0, o);
+  return w.done();
 }
 
 export function decodeState(bytes: Uint8Array): SessionState {
-  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let o = 0;
-  const version = bytes[o++];
+  const r = new Reader(bytes);
+  const version = r.u8();
   if (version < 1 || version > VERSION) throw new Error(`unknown judge state version ${bytes[0]}`);
-  const u32 = () => {
-    const v = dv.getUint32(o);
-    o += 4;
-    return v;
-  };
-  const f64 = () => {
-    const v = dv.getFloat64(o);
-    o += 8;
-    return v;
-  };
-  const uv = () => {
-    let v = 0;
-    let shift = 0;
-    for (;;) {
-      const b = bytes[o++];
-      if (b === undefined) throw new Error('judge state truncated');
-      v += (b & 0x7f) * 2 ** shift;
-      if (b < 0x80) return v >>> 0;
-      shift += 7;
-    }
-  };
   // Version 4 writes counters as varints; earlier versions as 4 bytes.
-  const cnt = version >= 4 ? uv : u32;
-  const str = (): string | undefined => {
-    const n = dv.getUint16(o);
-    o += 2;
-    if (n === 0xffff) return undefined;
-    const v = dec.decode(bytes.subarray(o, o + n));
-    o += n;
-    return v;
-  };
-  const v = Array.from({ length: 22 }, cnt);
+  const vint = version >= 4;
+  const cnt = () => (vint ? r.uv() : r.u32());
+  const v: number[] = [];
+  for (let i = 0; i < 22; i++) v.push(cnt());
   const s = new SessionState(v[0]);
   [, s.len, s.dups, s.winTop, s.winTopHi, s.novelRecent, s.calls, s.landed, s.requests] = v;
   s.winTopLo = v[20];
@@ -200,54 +142,162 @@ export function decodeState(bytes: Uint8Array): SessionState {
   s.readOnly = (flags & 2) !== 0;
   s.topDirty = (flags & 4) !== 0;
   if (version >= 2) {
-    const w = Array.from({ length: V2_U32 }, cnt);
+    const w: number[] = [];
+    for (let i = 0; i < V2_U32; i++) w.push(cnt());
     [s.runLen, s.landRun, s.landSeq, s.landRepeats, s.treeLandings] = w;
     [s.runHi, s.runLo, s.runExit, s.landHi, s.landLo] = w.slice(5, 10);
     s.runNull = (w[10] & 1) !== 0;
     s.landedNow = (w[10] & 2) !== 0;
   }
   if (version >= 3) s.recoveries = cnt();
-  s.usdSince = f64();
-  s.tokSince = f64();
-  s.usdTotal = f64();
-  s.lastTs = f64();
-  s.recoveredAt = f64();
-  o += 2;
-  s.agent = str();
-  s.parent = str();
-  s.topTool = str();
-  s.topTarget = str();
-  s.failTool = str();
-  s.failTarget = str();
+  s.usdSince = r.f64();
+  s.tokSince = r.f64();
+  s.usdTotal = r.f64();
+  s.lastTs = r.f64();
+  s.recoveredAt = r.f64();
+  r.u16();
+  s.agent = r.str();
+  s.parent = r.str();
+  s.topTool = r.str();
+  s.topTarget = r.str();
+  s.failTool = r.str();
+  s.failTarget = r.str();
   if (version >= 2) {
-    s.runTool = str();
-    s.runTarget = str();
-    s.landTool = str();
-    s.landTarget = str();
+    s.runTool = r.str();
+    s.runTarget = r.str();
+    s.landTool = r.str();
+    s.landTarget = r.str();
   }
-  for (let j = 0; j < s.len; j++) for (let w = 0; w < RING_W; w++) s.buf[j * RING_W + w] = u32();
+  for (let j = 0, n = s.len * RING_W; j < n; j++) s.buf[j] = r.u32();
   s.head = s.len === s.cap ? 0 : s.len;
   for (let j = 0; j < fpN; j++) {
-    const at = s.fpBase + bytes[o++] * FP_W;
-    s.buf[at] = u32();
-    s.buf[at + 1] = u32();
+    const at = s.fpBase + r.u8() * FP_W;
+    s.buf[at] = r.u32();
+    s.buf[at + 1] = r.u32();
     s.buf[at + 2] = cnt();
     s.buf[at + 3] = cnt();
     s.buf[at + 4] = cnt();
-    s.buf[at + 5] = u32();
+    s.buf[at + 5] = r.u32();
   }
   if (flags & 8) s.names = new Array(TG_SLOTS * 2).fill(undefined);
   for (let j = 0; j < tgN; j++) {
-    const i = bytes[o++];
+    const i = r.u8();
     const at = s.tgBase + i * TG_W;
-    s.buf[at] = u32();
+    s.buf[at] = r.u32();
     for (let w = 1; w < TG_W; w++) s.buf[at + w] = cnt();
-    const tool = str();
-    const target = str();
+    const tool = r.str();
+    const target = r.str();
     if (s.names) {
       s.names[i * 2] = tool;
       s.names[i * 2 + 1] = target;
     }
   }
   return s;
+}
+
+/** Writes the encoding into a buffer of a known upper bound (methods, not closures: this runs per event). */
+class Writer {
+  private readonly out: Uint8Array;
+  private readonly dv: DataView;
+  private o = 0;
+
+  constructor(size: number) {
+    this.out = new Uint8Array(size);
+    this.dv = new DataView(this.out.buffer);
+  }
+
+  u8(v: number): void {
+    this.out[this.o++] = v;
+  }
+
+  u16(v: number): void {
+    this.dv.setUint16(this.o, v);
+    this.o += 2;
+  }
+
+  u32(v: number): void {
+    this.dv.setUint32(this.o, v >>> 0);
+    this.o += 4;
+  }
+
+  /** LEB128: 7 bits a byte, low first. */
+  uv(v: number): void {
+    let x = v >>> 0;
+    while (x > 0x7f) {
+      this.out[this.o++] = (x & 0x7f) | 0x80;
+      x >>>= 7;
+    }
+    this.out[this.o++] = x;
+  }
+
+  f64(v: number): void {
+    this.dv.setFloat64(this.o, v);
+    this.o += 8;
+  }
+
+  /** A length (0xffff: absent) and the bytes. */
+  bytes(b: Uint8Array | undefined): void {
+    if (b === undefined) {
+      this.u16(0xffff);
+      return;
+    }
+    this.u16(b.length);
+    this.out.set(b, this.o);
+    this.o += b.length;
+  }
+
+  done(): Uint8Array {
+    return this.out.slice(0, this.o);
+  }
+}
+
+class Reader {
+  private readonly dv: DataView;
+  private o = 0;
+
+  constructor(private readonly b: Uint8Array) {
+    this.dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  }
+
+  u8(): number {
+    if (this.o >= this.b.length) throw new Error('judge state truncated');
+    return this.b[this.o++];
+  }
+
+  u16(): number {
+    const v = this.dv.getUint16(this.o);
+    this.o += 2;
+    return v;
+  }
+
+  u32(): number {
+    const v = this.dv.getUint32(this.o);
+    this.o += 4;
+    return v;
+  }
+
+  uv(): number {
+    let v = 0;
+    let shift = 0;
+    for (;;) {
+      const b = this.u8();
+      v += (b & 0x7f) * 2 ** shift;
+      if (b < 0x80) return v >>> 0;
+      shift += 7;
+    }
+  }
+
+  f64(): number {
+    const v = this.dv.getFloat64(this.o);
+    this.o += 8;
+    return v;
+  }
+
+  str(): string | undefined {
+    const n = this.u16();
+    if (n === 0xffff) return undefined;
+    const v = dec.decode(this.b.subarray(this.o, this.o + n));
+    this.o += n;
+    return v;
+  }
 }
