@@ -4,7 +4,7 @@
 // local webhook receiver getting the alert; p50/p99 on the memory backend and on Redis,
 // beside raw BullMQ (Queue.add -> a Worker that POSTs the same receiver) in the same run.
 // One session at a time, so the figures are latency, not queueing.
-//   npm run bench:latency [-- --sessions 40 --redis redis://127.0.0.1:6379]
+//   npm run bench:latency [-- --sessions 100 --redis redis://127.0.0.1:6379]
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -20,7 +20,7 @@ import { benchArgs } from './args.ts';
 
 const args = benchArgs(
   z.strictObject({
-    sessions: z.coerce.number().int().min(5).max(1000).default(40),
+    sessions: z.coerce.number().int().min(5).max(1000).default(100),
     redis: z.url({ protocol: /^redis$/ }).default('redis://127.0.0.1:6379'),
   }),
 );
