@@ -1,16 +1,17 @@
 import type { AlertInput } from '../../core/alert.ts';
 import { formatDuration } from '../../core/duration.ts';
 import { truncate } from '../../core/render.ts';
+import type { Evaluation, Evidence, Outcome, StalledSession, StallLevel } from './breaker.evidence.ts';
 import type { BreakerOptions } from './breaker.options.ts';
 import { formatP, pct, renderEvidence, summaryOf } from './breaker.report.ts';
 import { fisherGreater } from './breaker.stats.ts';
+
+export type { Evaluation, Evidence, Outcome, StalledSession, StallLevel };
 
 // The behavior breaker's decisions, pure: (state, event, knobs, now) -> (state, actions).
 // No store, no clock, no notifier: the shell (breaker.detector.ts) runs these inside
 // store.update, which may call them again on a compare-and-set conflict, and then
 // carries out the actions it gets back.
-
-export type StallLevel = 'stalling' | 'looping';
 
 /** Maps keyed by session or model id: null prototype, since an id may be "__proto__". */
 export type Dict<T> = Record<string, T>;
@@ -94,8 +95,6 @@ export function recordStall(
   return { stalls: capNewest(out, k.max_sessions, (m) => m.at), fresh };
 }
 
-export type Outcome = 'trip' | 'too_few_sessions' | 'no_baseline' | 'ratio_too_low' | 'not_significant';
-
 /**
  * Outcomes that hold a model back although it has min_sessions stalls: the comparison
  * can still go the other way while those stalls are in the window (other models serve
@@ -115,48 +114,6 @@ export function sameComparison(a: Evaluation | undefined, b: Evaluation): boolea
     a.others.stalled === b.others.stalled &&
     a.others.served === b.others.served
   );
-}
-
-export interface StalledSession {
-  session: string;
-  level: StallLevel;
-  at: number;
-  source: string;
-  reason: string;
-}
-
-/** One comparison of a model against the rest of the window's traffic. */
-export interface Evaluation {
-  model: string;
-  at: number;
-  window_ms: number;
-  /** Start of this model's own count: the window start, or its last release if later (a trip's evidence is not reused). */
-  since: number;
-  /** This model's stalled sessions, newest first (at most SESSIONS_KEPT; `model_rate.stalled` is the count). */
-  sessions: StalledSession[];
-  model_rate: { stalled: number; served: number; rate: number };
-  /** Distinct sessions served by any other model in the window; a session shared with this model counts in both rows. */
-  others: { models: string[]; stalled: number; served: number; rate: number | null };
-  /** model rate / others' rate; null when not defined (the others stalled none, or no comparison was made). */
-  ratio: number | null;
-  /** One-sided Fisher exact p-value; null when no comparison was made. */
-  p_value: number | null;
-  test: 'fisher-exact-one-sided';
-  thresholds: Pick<BreakerOptions, 'min_sessions' | 'min_ratio' | 'alpha' | 'min_other_sessions'>;
-  outcome: Outcome;
-  /** Why, in one line. */
-  note: string;
-}
-
-/** A trip, or a comparison that held a model back although it had min_sessions stalls. */
-export interface Evidence extends Evaluation {
-  id: string;
-  decision: 'tripped' | 'held';
-  /** Set when a recheck decided (not a new stall): what prompted it. */
-  recheck?: 'traffic' | 'tick';
-  cooldown_ms?: number;
-  until?: number;
-  backoff_level?: number;
 }
 
 const SESSIONS_KEPT = 50;

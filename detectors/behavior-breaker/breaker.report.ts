@@ -1,6 +1,6 @@
 import { formatDuration } from '../../core/duration.ts';
 import { ascii, truncate } from '../../core/render.ts';
-import type { Evidence } from './breaker.judge.ts';
+import type { Evidence } from './breaker.evidence.ts';
 
 // The text of a trip alert: deterministic, from counts, session ids and verdict reasons
 // (which are one-line, content-free by the verdict schema), so a human can review it.

@@ -4,11 +4,9 @@ import { IdSchema, type ToolEvent, type Verdict } from '../../core/wire.ts';
 import { type JudgeInput, Tracker } from '../../detectors/no-progress/judge.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
 import { type OcSession, type SessionBulk, sessionBulk, sessionToInputs } from '../convert.ts';
-import { issueText } from './dbread.ts';
-import { fieldsOf, opencodeClient, short } from './discover.ts';
+import { fieldsOf, issueText, opencodeClient, short } from './discover.ts';
 
-// the DB fallback lives in dbread.ts
-export { collectFromDb, issueText } from './dbread.ts';
+// (The opencode.db fallback is dbread.ts.)
 
 // Step 2 and 3 of a tick: read the sessions active since the last tick (and their
 // children, whose landed work counts for them), convert them with the ONE shared

@@ -15,7 +15,7 @@ import {
   type SessionBulk,
 } from '../convert.ts';
 import type { Collected, CollectOptions, LoadedSession } from './collect.ts';
-import { short } from './discover.ts';
+import { issueText, short } from './discover.ts';
 
 // The DB fallback (no opencode server answered): read opencode.db read-only, and read
 // only what changed since the last tick that read it.
@@ -129,19 +129,6 @@ export function writeDbCache(path: string, c: DbCache): void {
   const tmp = `${path}.${process.pid}.tmp`;
   writeFileSync(tmp, JSON.stringify(c), { mode: 0o600 });
   renameSync(tmp, path);
-}
-
-/**
- * A converter or reader issue as one line for the heartbeat and the blind alert. Their
- * messages name fields and types, but a JSON parse error quotes the row it choked on and
- * a status check quotes the value: quoted material and parentheses go.
- */
-export function issueText(i: { where: string; field: string; message: string }): string {
-  const msg = i.message
-    .replace(/\([^)]*\)/g, '')
-    .replace(/(["'`]).*?\1/g, '"?"')
-    .trim();
-  return `${i.where}: ${i.field}: ${msg}`.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
 }
 
 export interface DbCollectOptions extends CollectOptions {

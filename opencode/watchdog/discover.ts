@@ -155,3 +155,16 @@ export function short(e: unknown): string {
   const m = e instanceof Error ? e.message : String(e);
   return m.replace(/[^\x20-\x7e]/g, '?').slice(0, 160);
 }
+
+/**
+ * A converter or reader issue as one line for the heartbeat and the blind alert. Their
+ * messages name fields and types, but a JSON parse error quotes the row it choked on and
+ * a status check quotes the value: quoted material and parentheses go.
+ */
+export function issueText(i: { where: string; field: string; message: string }): string {
+  const msg = i.message
+    .replace(/\([^)]*\)/g, '')
+    .replace(/(["'`]).*?\1/g, '"?"')
+    .trim();
+  return `${i.where}: ${i.field}: ${msg}`.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
+}

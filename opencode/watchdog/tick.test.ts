@@ -29,7 +29,9 @@ import {
   ocSession,
 } from '../../test/helpers/opencode.ts';
 import { OcDb } from '../../test/helpers/opencode-db.ts';
-import { collectFromDb, collectFromServer, issueText } from './collect.ts';
+import { collectFromServer } from './collect.ts';
+import { collectFromDb } from './dbread.ts';
+import { issueText } from './discover.ts';
 import { readState } from './state.ts';
 import { runTick } from './tick.ts';
 
