@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { inject, injectable } from 'tsyringe';
 import twilio from 'twilio';
 import type { Alert } from '../../core/alert.ts';
@@ -5,10 +6,32 @@ import type { Channel } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import { readSecret } from '../shared/env.ts';
+import { retryAfterMs } from '../shared/http.ts';
 import type { TwilioOptions } from './twilio.options.ts';
 import { maskNumber, smsBody } from './twilio.sms.ts';
 
-type Outcome = { ok: true } | { ok: false; retryable: boolean; why: string; status?: number; code?: number };
+type Outcome =
+  | { ok: true }
+  | { ok: false; retryable: boolean; why: string; status?: number; code?: number; retryAfterMs?: number };
+
+/**
+ * The SDK's RestException drops the answer's headers, so Retry-After is read here, on
+ * the way through, into the box of the send that made the request.
+ */
+const answerHints = new AsyncLocalStorage<{ retryAfterMs?: number }>();
+
+class HintingRequestClient extends twilio.RequestClient {
+  override async request<T>(opts: Parameters<twilio.RequestClient['request']>[0]) {
+    const r = await super.request<T>(opts as never);
+    const box = answerHints.getStore();
+    const raw = (r.headers as Record<string, unknown> | undefined)?.['retry-after'];
+    if (box && r.statusCode >= 400 && raw !== undefined) {
+      const ms = retryAfterMs(new Headers({ 'retry-after': String(raw) }));
+      if (ms !== undefined) box.retryAfterMs = ms;
+    }
+    return r;
+  }
+}
 
 /** Twilio error codes that no retry can fix (https://www.twilio.com/docs/api/errors). */
 const PERMANENT: Record<number, string> = {
@@ -45,7 +68,13 @@ export class TwilioChannel implements Channel {
     const token = readSecret(env, opts.auth_token_env);
     // autoRetry off: the notifier owns the one retry. logLevel fixed so TWILIO_LOG_LEVEL=debug
     // cannot print requests; env {} so only our options configure the client.
-    this.client = twilio(sid, token, { timeout: opts.timeout_ms, autoRetry: false, logLevel: 'info', env: {} });
+    this.client = twilio(sid, token, {
+      timeout: opts.timeout_ms,
+      autoRetry: false,
+      logLevel: 'info',
+      env: {},
+      httpClient: new HintingRequestClient({ timeout: opts.timeout_ms, autoRetry: false }),
+    });
     if (opts.url) {
       // The SDK's supported override: Domain.baseUrl on the cached api domain. Edge and
       // region would rewrite the host, so they are cleared.
@@ -76,10 +105,13 @@ export class TwilioChannel implements Channel {
     if (failed.length === 0) return;
     const n = this.opts.to.length;
     const list = failed.map((f) => `to[${f.i}] ${maskNumber(this.opts.to[f.i])}: ${f.why}`).join('; ');
+    // The longest wait any recipient's answer asked for (Retry-After on a 429 or 503).
+    const waits = failed.flatMap((f) => (f.retryable && f.retryAfterMs !== undefined ? [f.retryAfterMs] : []));
     throw new DeliveryError(`twilio sent ${n - failed.length} of ${n}; ${list}`, {
       retryable: failed.some((f) => f.retryable),
       status: failed[0].status,
       providerCode: failed[0].code,
+      ...(waits.length ? { retryAfterMs: Math.max(...waits) } : {}),
     });
   }
 
@@ -89,11 +121,13 @@ export class TwilioChannel implements Channel {
       ...(this.opts.from ? { from: this.opts.from } : {}),
       ...(this.opts.messaging_service_sid ? { messagingServiceSid: this.opts.messaging_service_sid } : {}),
     };
+    const hints: { retryAfterMs?: number } = {};
     try {
-      await this.client.messages.create({ to, body, ...sender });
+      await answerHints.run(hints, () => this.client.messages.create({ to, body, ...sender }));
       return { ok: true };
     } catch (e) {
-      return classify(e);
+      const o = classify(e);
+      return !o.ok && hints.retryAfterMs !== undefined ? { ...o, retryAfterMs: hints.retryAfterMs } : o;
     }
   }
 

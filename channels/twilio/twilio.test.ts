@@ -34,7 +34,7 @@ const incident: AlertInput = {
 };
 
 const server = (fallback: WireReply | ((r: WireRequest) => WireReply)) => kit.server(fallback);
-const rows = (v: Vigil, n: number) => kit.rows(v, n);
+const rows = (v: Vigil, n: number, o?: { retried?: boolean }) => kit.rows(v, n, o);
 
 const entry = (origin: string, channel: Record<string, unknown> = {}) => ({
   name: 'sms',
@@ -127,6 +127,19 @@ describe('twilio channel (SMS through the official SDK)', () => {
       reason: `twilio sent 0 of 1; to[0] ${maskNumber(ALICE)}: 503 code 20500`,
     });
     expect(down.requests).toHaveLength(2);
+  });
+
+  it("a 429's Retry-After is honoured: the retry waits at least that long", async () => {
+    const s = await server(TWILIO.created);
+    s.script(TWILIO.tooManyRequests('1'));
+    const v = await vigil(s);
+    await v.notifier.notify(incident);
+    const [row] = await rows(v, 1);
+    expect(row).toMatchObject({ outcome: 'delivered', attempts: 2 });
+    const [retried] = await rows(v, 1, { retried: true });
+    expect(retried).toMatchObject({ outcome: 'retried', retry_in_ms: 1000 });
+    // A lower bound only: the retry cannot come sooner than Twilio asked.
+    expect(s.requests[1].at - s.requests[0].at).toBeGreaterThanOrEqual(1000);
   });
 
   it('a refused connection is retryable and names the error code only', async () => {

@@ -76,7 +76,10 @@ export const TWILIO = {
   }),
   invalidTo: (digits: string): WireReply =>
     TWILIO.error(400, 21211, `The 'To' number ${digits} is not a valid phone number.`),
-  tooManyRequests: (): WireReply => TWILIO.error(429, 20429, 'Too Many Requests'),
+  tooManyRequests: (retryAfter?: string): WireReply => {
+    const r = TWILIO.error(429, 20429, 'Too Many Requests');
+    return retryAfter === undefined ? r : { ...r, headers: { ...r.headers, 'retry-after': retryAfter } };
+  },
 };
 
 /** Slack incoming webhooks: plain-text bodies, a JSON 429 with Retry-After. */
