@@ -137,6 +137,10 @@ export class Engine {
   private readonly replaying = new AsyncLocalStorage<Pending[]>();
   /** Sessions whose input failed part way (a store error): compared with the mode's record on the tick. */
   private readonly suspects = new Set<string>();
+  /** The replay of the backlog running now, if one is. */
+  private draining: Promise<number> | undefined;
+  /** Sessions with an input being judged now, and how many. */
+  private readonly inFlight = new Map<string, number>();
   /** Trees whose decided effects a store failure left in their outbox. */
   private readonly unsettledTrees = new Set<string>();
   /** Trees this process wrote whose mode said when time alone changes them (root -> epoch ms). */
@@ -189,11 +193,32 @@ export class Engine {
    * record on the tick (reconcileSuspects): a change decided before the failure is not lost.
    */
   private async suspecting<T>(inputs: readonly { session_id: string }[], run: () => Promise<T>): Promise<T> {
+    // Consequences still wait for the store: nothing new is judged before them (a judge
+    // would write its state, and its transitions would wait behind them anyway).
+    if (this.pending.length) {
+      await this.retryPending();
+      if (this.pending.length) {
+        throw new AppError('STORE_UNAVAILABLE', 'earlier consequences are still waiting for the store', {
+          retryable: true,
+        });
+      }
+    }
+    for (const i of inputs) this.inFlight.set(i.session_id, (this.inFlight.get(i.session_id) ?? 0) + 1);
     try {
+      // A session whose last input failed part way first gets what that input decided.
+      if (this.suspects.size) {
+        for (const i of inputs) if (this.suspects.has(i.session_id)) await this.reconcileOne(i.session_id);
+      }
       return await run();
     } catch (err) {
       for (const i of inputs) this.suspects.add(i.session_id);
       throw err;
+    } finally {
+      for (const i of inputs) {
+        const n = (this.inFlight.get(i.session_id) ?? 1) - 1;
+        if (n > 0) this.inFlight.set(i.session_id, n);
+        else this.inFlight.delete(i.session_id);
+      }
     }
   }
 
@@ -278,8 +303,20 @@ export class Engine {
     }
   }
 
-  /** The consequences kept while the store was away, run again in order; stops at the first that fails. */
-  async retryPending(): Promise<number> {
+  /**
+   * The consequences kept while the store was away, run again in order; stops at the
+   * first that fails. One replay at a time: a caller that finds one running waits for it.
+   */
+  retryPending(): Promise<number> {
+    if (!this.draining) {
+      this.draining = this.replayPending().finally(() => {
+        this.draining = undefined;
+      });
+    }
+    return this.draining;
+  }
+
+  private async replayPending(): Promise<number> {
     let n = 0;
     while (this.pending.length) {
       const p = this.pending[0];
@@ -351,9 +388,13 @@ export class Engine {
   /** Time passed: detectors that keep time (restore stalls, the breaker's pending evidence) judge now. */
   async tick(now = this.clock.now()): Promise<readonly Transition[]> {
     await this.retryPending();
-    await this.reconcileSuspects().catch((err) =>
-      this.logger.warn({ err: (err as Error).message }, 'reconciling sessions failed'),
-    );
+    // Only against a tree that holds every consequence already decided: with some still
+    // waiting, the record would look behind and the comparison would decide them again.
+    if (!this.pending.length) {
+      await this.reconcileSuspects().catch((err) =>
+        this.logger.warn({ err: (err as Error).message }, 'reconciling sessions failed'),
+      );
+    }
     await this.settleTrees().catch((err) => this.logger.warn({ err: (err as Error).message }, 'settling trees failed'));
     // Trees whose time has come (a compaction timeout, the end of an episode), without waiting for a gate check.
     for (const [root, at] of [...this.dueAt]) {
@@ -545,6 +586,19 @@ export class Engine {
   async reconcileSuspects(): Promise<number> {
     let n = 0;
     for (const id of [...this.suspects]) {
+      // An input of this session is being judged: it reconciles the session itself.
+      if (this.inFlight.has(id)) continue;
+      n += await this.reconcileOne(id);
+    }
+    return n;
+  }
+
+  /** One suspect: each detector's level against the tree's record; a difference is handled. */
+  private async reconcileOne(id: string): Promise<number> {
+    // Taken first, so two callers do not both hand the mode the same change.
+    if (!this.suspects.delete(id)) return 0;
+    let n = 0;
+    try {
       const root = await this.tree.rootOf(id);
       const tree = await this.treeState(root);
       for (const x of this.driven) {
@@ -554,6 +608,7 @@ export class Engine {
         const was = tree?.reported?.[x.detector.type]?.[id] ?? 'ok';
         if (r.level === was) continue;
         n++;
+        const report = await x.detector.report?.(id);
         await this.handle([
           {
             detector: x.detector.type,
@@ -564,13 +619,16 @@ export class Engine {
             reason: r.reason,
             source: r.source,
             ...(r.dedup_key ? { dedup_key: r.dedup_key } : {}),
-            ...((await x.detector.report?.(id)) ? { report: await x.detector.report!(id) } : {}),
+            ...(report ? { report } : {}),
           },
         ]);
       }
-      this.suspects.delete(id);
+    } catch (err) {
+      this.suspects.add(id);
+      throw err;
     }
-    if (n) this.logger.warn({ transitions: n }, 'reconciled verdict changes a store failure had cut short');
+    if (n)
+      this.logger.warn({ session: id, transitions: n }, 'reconciled verdict changes a store failure had cut short');
     return n;
   }
 

@@ -507,14 +507,18 @@ describe.each(backends())('a store that goes away under transitions (%s)', (back
     const { v, b } = await setup(backend, 'warn');
     const fault = outage(v, 'update', 'tree:');
     fault.down = true;
-    // The first fails on its tree write; the second waits behind it (order kept).
+    // The first fails on its tree write (its decision is kept); the second is refused
+    // before it is judged (order kept: nothing is written for it), so its client retries.
     await expect(verdict(v, 'looping', 'ses_x')).rejects.toThrow(/ECONNREFUSED/);
     await expect(verdict(v, 'looping', 'ses_y')).rejects.toThrow(/still waiting/);
+    expect(await npOf(v).session('ses_y')).toBeUndefined();
     await v.tick();
     expect(b.sent).toEqual([]);
     fault.down = false;
     await v.tick();
     expect((await v.engine.treeState('ses_x'))?.flagged).toEqual({ ses_x: { ses_x: 'looping' } });
+    // The retry of the second goes through now.
+    await verdict(v, 'looping', 'ses_y');
     expect((await v.engine.treeState('ses_y'))?.flagged).toEqual({ ses_y: { ses_y: 'looping' } });
     await eventually(() =>
       expect(b.sent.map((a) => `${a.dedup_key}/${a.state}`).sort()).toEqual(['ses_x/trigger', 'ses_y/trigger']),
@@ -556,24 +560,48 @@ describe.runIf(withRedis)('with Redis, a write whose reply was lost', () => {
     await eventually(() => expect(incident(b, ROOT)).toEqual(['trigger/warning']));
   });
 
+  /** Loses the reply of calls until one that changed the judge's level did; returns that level. */
+  async function loseTheTurn(v: Vigil, clock: FakeClock, fault: { armed: boolean }) {
+    const np = npOf(v);
+    for (let n = 1; n < 200; n++) {
+      fault.armed = true;
+      if (await send(v, clock)) continue;
+      const level = (await np.session(CHILD))?.level ?? 'ok';
+      const told = (await v.engine.treeState(ROOT))?.reported?.['no-progress']?.[CHILD] ?? 'ok';
+      if (level !== told) return level;
+      await v.tick(); // a failure that changed nothing: settled, and on to the next call
+    }
+    throw new Error('no call changed the level');
+  }
+
   it("on the judge's state: the tick hands the mode the change it never heard of, once", async () => {
     const { v, clock, b } = await setup('redis', 'warn');
-    const np = npOf(v);
     const fault = replyLoss(v, 'updateBytes', '');
-    // Each call writes the judge's state once; lose the reply of the one that turns it.
-    for (let n = 1; (await np.session(CHILD))?.level !== 'looping'; n++) {
-      expect(n).toBeLessThan(200);
-      fault.armed = true;
-      await send(v, clock);
-    }
-    expect((await v.engine.treeState(ROOT))?.reported).toBeUndefined();
+    const level = await loseTheTurn(v, clock, fault);
     expect(incident(b, ROOT)).toEqual([]);
     const seen = transitionsOf(v);
     await v.tick();
-    expect(seen).toEqual([`${CHILD}:looping`]);
-    expect((await v.engine.treeState(ROOT))?.reported).toEqual({ 'no-progress': { [CHILD]: 'looping' } });
+    expect(seen).toEqual([`${CHILD}:${level}`]);
+    expect((await v.engine.treeState(ROOT))?.reported).toEqual({ 'no-progress': { [CHILD]: level } });
     await v.tick();
-    expect(seen).toEqual([`${CHILD}:looping`]);
-    await eventually(() => expect(incident(b, ROOT)).toEqual(['trigger/critical']));
+    expect(seen).toEqual([`${CHILD}:${level}`]);
+    await eventually(() =>
+      expect(incident(b, ROOT)).toEqual([`trigger/${level === 'looping' ? 'critical' : 'warning'}`]),
+    );
+  });
+
+  it("on the judge's state: the session's next input hands the mode that change first", async () => {
+    const { v, clock } = await setup('redis', 'warn');
+    const fault = replyLoss(v, 'updateBytes', '');
+    const level = await loseTheTurn(v, clock, fault);
+    const seen = transitionsOf(v);
+    // The client's retry (or the next call) comes before any tick.
+    expect(await send(v, clock)).toBe(true);
+    expect(seen[0]).toBe(`${CHILD}:${level}`);
+    expect((await v.engine.treeState(ROOT))?.reported?.['no-progress']?.[CHILD]).toBe(
+      (await npOf(v).session(CHILD))?.level,
+    );
+    await v.tick();
+    expect(seen.filter((x) => x === `${CHILD}:${level}`)).toHaveLength(1);
   });
 });

@@ -318,12 +318,24 @@ describe('delivery guarantees', () => {
         ),
       });
     };
+    // A trigger still being retried when its incident's resolve went out is dropped, not
+    // sent after it (by design): it counts as accounted for when the receiver got a
+    // later transition of the same incident.
+    const superseded = async () => {
+      const rows = await v.deliveryLog.recent(1000);
+      return rows.filter(
+        (x) =>
+          x.outcome === 'suppressed' &&
+          /^superseded/.test(x.reason ?? '') &&
+          r.got.some((g) => g.key.startsWith(`${x.dedup_key}/`) && !g.key.startsWith(`${x.dedup_key}/${x.state}/`)),
+      ).length;
+    };
     let last = '';
     await until(
       'every transition at the receiver',
       async () => {
         last = await debug();
-        return r.tally().distinct >= expected || undefined;
+        return r.tally().distinct + (await superseded()) >= expected || undefined;
       },
       {
         timeoutMs: 60_000,
@@ -331,10 +343,11 @@ describe('delivery guarantees', () => {
       },
     );
     const t = r.tally();
+    const dropped = await superseded();
     console.log(
-      `chaos: ${expected} transitions, ${t.distinct} delivered, ${t.duplicates} duplicate(s), ${retries} client retries`,
+      `chaos: ${expected} transitions, ${t.distinct} delivered, ${dropped} superseded by a later one delivered, ${t.duplicates} duplicate(s), ${retries} client retries`,
     );
-    expect(t.distinct).toBe(expected);
+    expect(t.distinct + dropped).toBe(expected);
     expect(t.ids).toBe(true);
     expect(t.duplicates).toBeLessThanOrEqual(2); // at most one per fault
   }, 180_000);

@@ -382,6 +382,14 @@ describe('the opencode plugin against opencode 1.18.33', () => {
     expect(tree.tree.stage).toBe(1);
     expect(tree.tree.recoveries).toHaveLength(1);
     expect(seen.some((x) => x.refusedChild && x.awaiting && x.stage === 1)).toBe(true);
-    expect(seen.at(-1)).toEqual({ refusedChild: false, awaiting: false, stage: 1 });
+    // (Read afresh: the watcher's last read may have been answered before the lift.)
+    const after = await vigilGet<{
+      tree: { stage: number; refused: Record<string, unknown>; awaiting_compaction?: unknown };
+    }>(`/trees/${root}`);
+    expect({
+      refusedChild: child in after.tree.refused,
+      awaiting: !!after.tree.awaiting_compaction,
+      stage: after.tree.stage,
+    }).toEqual({ refusedChild: false, awaiting: false, stage: 1 });
   }, 300_000);
 });

@@ -119,27 +119,20 @@ export class Notifier {
     return { fired, seq: incident.seq, channels };
   }
 
-  /** route -> admit -> enqueue for every channel. */
-  private async fanOut(a: Alert): Promise<NotifyResult['channels']> {
-    const out: NotifyResult['channels'] = [];
-    for (const e of this.entries.values()) {
-      const r = route(e, a);
-      if (!r.send) {
-        out.push({ name: e.name, outcome: 'filtered', reason: r.reason });
-        continue;
-      }
-      const g = await admit(this.store, e, a).catch((err) => ({ ok: false, error: err as Error }) as const);
-      if (!g.ok) {
-        if ('error' in g) {
-          out.push({ name: e.name, outcome: 'error', reason: g.error.message });
-          continue;
+  /** route -> admit -> enqueue for every channel; the channels side by side (each has its own gate and lane). */
+  private fanOut(a: Alert): Promise<NotifyResult['channels']> {
+    return Promise.all(
+      [...this.entries.values()].map(async (e): Promise<NotifyResult['channels'][number]> => {
+        const r = route(e, a);
+        if (!r.send) return { name: e.name, outcome: 'filtered', reason: r.reason };
+        const g = await admit(this.store, e, a).catch((err) => ({ ok: false, error: err as Error }) as const);
+        if (!g.ok) {
+          if ('error' in g) return { name: e.name, outcome: 'error', reason: g.error.message };
+          return { name: e.name, ...(await this.suppress(e, a, g.reason)) };
         }
-        out.push({ name: e.name, ...(await this.suppress(e, a, g.reason)) });
-        continue;
-      }
-      out.push({ name: e.name, ...(await this.enqueue(e.name, a)) });
-    }
-    return out;
+        return { name: e.name, ...(await this.enqueue(e.name, a)) };
+      }),
+    );
   }
 
   /** Clears the transition's outbox entry once every channel's job exists (kept otherwise, for reconcile()). */
