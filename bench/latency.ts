@@ -5,18 +5,14 @@
 // beside raw BullMQ (Queue.add -> a Worker that POSTs the same receiver) in the same run.
 // One session at a time, so the figures are latency, not queueing.
 //   npm run bench:latency [-- --sessions 100 --redis redis://127.0.0.1:6379]
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { createServer as netServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { benchArgs } from './args.ts';
+import { deleteKeys, vigilServe } from './serve.ts';
 
 const args = benchArgs(
   z.strictObject({
@@ -25,26 +21,9 @@ const args = benchArgs(
   }),
 );
 
-const ROOT = join(import.meta.dirname, '..');
-const children: ChildProcess[] = [];
-process.on('exit', () => {
-  for (const c of children) c.kill('SIGKILL');
-});
-
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = netServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
 }
 
 /** A webhook receiver: when each dedup_key first arrived (performance.now() of this process). */
@@ -96,13 +75,10 @@ class Receiver {
 
 const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
 
-async function vigilServe(store: Record<string, unknown>, hookPort: number) {
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'vigil-latency-'));
-  const file = join(dir, 'vigil.yaml');
-  writeFileSync(
-    file,
-    JSON.stringify({
+/** `vigil serve` in auto_recover, its one channel a webhook to the receiver. */
+function serveWithHook(store: Record<string, unknown>, hookPort: number) {
+  return vigilServe(
+    {
       store,
       server: { rate_limit: { max: 100_000_000 } },
       modes: { mode: 'auto_recover' },
@@ -121,30 +97,9 @@ async function vigilServe(store: Record<string, unknown>, hookPort: number) {
           },
         ],
       },
-    }),
+    },
+    { BENCH_HOOK_SECRET: SECRET },
   );
-  const child = spawn(
-    process.execPath,
-    [join(ROOT, 'bin/vigil.mjs'), 'serve', '--config', file, '--host', '127.0.0.1', '--port', String(port)],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, BENCH_HOOK_SECRET: SECRET } },
-  );
-  child.stdout!.resume();
-  child.stderr!.resume();
-  children.push(child);
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    if (child.exitCode !== null) throw new Error(`vigil serve exited ${child.exitCode}`);
-    if (
-      await fetch(`${url}/health`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      break;
-    if (i > 400) throw new Error('vigil serve never became healthy');
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return { url, child };
 }
 
 const post = async (url: string, body: unknown) => {
@@ -181,7 +136,7 @@ interface Run {
 }
 
 async function detection(store: Record<string, unknown>, receiver: Receiver): Promise<Run> {
-  const s = await vigilServe(store, receiver.port);
+  const s = await serveWithHook(store, receiver.port);
   const run: Run = { refuse: [], alert: [], events: 0 };
   try {
     for (let k = 0; k < args.sessions + 3; k++) {
@@ -247,17 +202,6 @@ async function rawBullmq(receiver: Receiver): Promise<number[]> {
   return out;
 }
 
-async function cleanRedis(prefix: string): Promise<void> {
-  const r = new Redis(args.redis);
-  let cursor = '0';
-  do {
-    const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await r.del(...keys);
-  } while (cursor !== '0');
-  await r.quit();
-}
-
 const receiver = new Receiver();
 await receiver.start();
 const prefix = `vigillat${process.pid}`;
@@ -267,7 +211,7 @@ let red: Run;
 try {
   red = await detection({ backend: 'redis', redis_url: args.redis, key_prefix: prefix }, receiver);
 } finally {
-  await cleanRedis(prefix);
+  await deleteKeys(args.redis, [prefix]);
 }
 receiver.close();
 

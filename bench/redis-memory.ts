@@ -9,7 +9,6 @@ import 'reflect-metadata';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -17,6 +16,7 @@ import { z } from 'zod';
 import type { ProgressEventInput } from '../core/wire.ts';
 import { createVigil } from '../index.ts';
 import { benchArgs } from './args.ts';
+import { freePort } from './serve.ts';
 
 const args = benchArgs(
   z.strictObject({
@@ -26,17 +26,6 @@ const args = benchArgs(
     calls: z.coerce.number().int().min(1).max(100).default(4),
   }),
 );
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
 
 const port = await freePort();
 const dir = mkdtempSync(join(tmpdir(), 'vigil-redis-mem-'));

@@ -9,14 +9,11 @@
 //   npm run bench:service [-- --backend memory|redis|both --instances 2 --duration 10 --connections 10]
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
-import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { benchArgs } from './args.ts';
+import { deleteKeys, track, vigilServe } from './serve.ts';
 
 const args = benchArgs(
   z.strictObject({
@@ -29,61 +26,13 @@ const args = benchArgs(
   }),
 );
 
-const ROOT = join(import.meta.dirname, '..');
-const children: ChildProcess[] = [];
-process.on('exit', () => {
-  for (const c of children) c.kill('SIGKILL');
-});
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
-
-async function waitHealthy(url: string, child: ChildProcess): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    if (child.exitCode !== null) throw new Error(`server exited ${child.exitCode}`);
-    const ok = await fetch(`${url}/health`)
-      .then((r) => r.ok)
-      .catch(() => false);
-    if (ok) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`${url} never became healthy`);
-}
-
-/** `vigil serve` as an operator starts it: the bin, a config file, its default log level. */
-async function vigilServe(config: Record<string, unknown>): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'vigil-bench-'));
-  const file = join(dir, 'vigil.yaml');
-  writeFileSync(file, JSON.stringify(config)); // JSON is YAML
-  const child = spawn(
-    process.execPath,
-    [join(ROOT, 'bin/vigil.mjs'), 'serve', '--config', file, '--host', '127.0.0.1', '--port', String(port)],
-    // The log goes where an operator's goes (a pipe), drained here and dropped.
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, VIGIL_LOG_LEVEL: undefined } },
-  );
-  child.stdout!.resume();
-  child.stderr!.resume();
-  children.push(child);
-  const url = `http://127.0.0.1:${port}`;
-  await waitHealthy(url, child);
-  return { url, child };
-}
-
 /** The embedded servers of bench/service-server.ts (bare fastify, the gate with a channel). */
 async function embedded(mode: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, ['bin/run-ts.mjs', 'bench/service-server.ts', mode], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  children.push(child);
+  const child = track(
+    spawn(process.execPath, ['bin/run-ts.mjs', 'bench/service-server.ts', mode], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
   const url = await new Promise<string>((resolve, reject) => {
     child.stdout!.on('data', (d) => {
       const m = /ready (\S+)/.exec(String(d));
@@ -207,20 +156,6 @@ function redisConfig(): Record<string, unknown> {
   prefixes.push(prefix);
   return { server, store: { backend: 'redis', redis_url: args.redis, key_prefix: prefix } };
 }
-async function cleanRedis(): Promise<void> {
-  if (!prefixes.length) return;
-  const r = new Redis(args.redis, { lazyConnect: true, maxRetriesPerRequest: 1 });
-  await r.connect();
-  for (const p of prefixes) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await r.scan(cursor, 'MATCH', `${p}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length) await r.del(...keys);
-    } while (cursor !== '0');
-  }
-  await r.quit();
-}
 
 // The default per-address rate limit (3000 a minute) would answer most of this load
 // 429 from one address: it stays on (its cost is measured) with a ceiling above the load.
@@ -268,7 +203,9 @@ try {
     );
   }
 } finally {
-  await cleanRedis().catch((e) => out.push(`(could not delete the bench keys: ${(e as Error).message})`));
+  await deleteKeys(args.redis, prefixes).catch((e) =>
+    out.push(`(could not delete the bench keys: ${(e as Error).message})`),
+  );
 }
 console.log(out.join('\n'));
 process.exit(0);
