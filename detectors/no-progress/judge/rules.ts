@@ -1,4 +1,4 @@
-import type { Verdict, VerdictRule, VerdictSignals } from '../../../core/wire.ts';
+import { VERDICT_RULES, type Verdict, type VerdictRule, type VerdictSignals } from '../../../core/wire.ts';
 import type { NoProgressKnobs } from '../knobs.ts';
 import { reasonOf, round } from './reason.ts';
 import {
@@ -41,17 +41,8 @@ export const sig = {
   tree: false,
   rule: -1,
 };
-export const RULES: readonly VerdictRule[] = [
-  'duplicates',
-  'fail_streak',
-  'top_repeat',
-  'session_repeat',
-  'continuation',
-  'novelty',
-  'ceiling',
-  'landed_repeat',
-  'identical_run',
-];
+/** The wire's rule names, in the order of the R_* codes below. */
+export const RULES: readonly VerdictRule[] = VERDICT_RULES;
 export const R_DUP = 0;
 export const R_FAIL = 1;
 export const R_TOP = 2;
@@ -77,6 +68,20 @@ function runRule(s: SessionState, k: NoProgressKnobs, loop: boolean): number {
 }
 
 /** Scan the session tables: failure streak and repeat lower bound of calls still recurring. */
+/**
+ * The first repeat rule a writing agent's signals (in `sig`) reach at one level's
+ * thresholds; the order is the rules' priority. `own`: its whole-session repeats count
+ * (not an orchestrator whose tree keeps landing).
+ */
+function repeatRule(own: boolean, dup: number, fail: number, top: number, rep: number, cont: number): number {
+  if (sig.dup >= dup) return R_DUP;
+  if (sig.fail >= fail) return R_FAIL;
+  if (sig.top >= top) return R_TOP;
+  if (own && sig.rep >= rep) return R_REP;
+  if (sig.cont >= cont) return R_CONT;
+  return -1;
+}
+
 export function tableSignals(s: SessionState): void {
   const buf = s.buf;
   const recent = s.calls - s.cap;
@@ -154,18 +159,7 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
     const own = !sig.tree;
     let r = runs ? runRule(s, k, true) : -1;
     if (r < 0 && loopPre) {
-      r =
-        sig.dup >= k.dup_loop
-          ? R_DUP
-          : sig.fail >= k.fail_loop
-            ? R_FAIL
-            : sig.top >= k.top_loop
-              ? R_TOP
-              : own && sig.rep >= k.session_repeat_loop
-                ? R_REP
-                : sig.cont >= k.continuation_loop
-                  ? R_CONT
-                  : -1;
+      r = repeatRule(own, k.dup_loop, k.fail_loop, k.top_loop, k.session_repeat_loop, k.continuation_loop);
     }
     if (r >= 0) {
       sig.rule = r;
@@ -173,18 +167,7 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
     }
     r = runs ? runRule(s, k, false) : -1;
     if (r < 0 && stallPre) {
-      r =
-        sig.dup >= k.dup_warn
-          ? R_DUP
-          : sig.fail >= k.fail_warn
-            ? R_FAIL
-            : sig.top >= k.top_warn
-              ? R_TOP
-              : own && sig.rep >= k.session_repeat_warn
-                ? R_REP
-                : sig.cont >= k.continuation_warn
-                  ? R_CONT
-                  : -1;
+      r = repeatRule(own, k.dup_warn, k.fail_warn, k.top_warn, k.session_repeat_warn, k.continuation_warn);
     }
     if (r >= 0) {
       sig.rule = r;
