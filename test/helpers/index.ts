@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { createRegistry } from '../../builtins.ts';
+import { eventually } from '../../channels/testing/index.ts';
 import type { Alert } from '../../core/alert.ts';
 import type { Channel, ChannelPlugin } from '../../core/contracts.ts';
 import { DeliveryError } from '../../core/errors.ts';
@@ -146,21 +147,8 @@ process.exit(Number(process.env.FAKE_NOTIFY_EXIT || ${exit}));
   };
 }
 
-/** Polls until `fn` returns truthy (no timing assertions: a generous ceiling only). */
-export async function eventually<T>(fn: () => Promise<T> | T, timeoutMs = 20_000, stepMs = 25): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < until) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    await new Promise((r) => setTimeout(r, stepMs));
-  }
-  throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${(last as Error).message}` : ''}`);
-}
+// Polls until `fn` returns truthy: the channel kit's, the one implementation.
+export { eventually };
 
 /** The newest final delivery-log row (delivered, failed, suppressed) once there is one; retried attempts are skipped. */
 export async function finalRow(v: Vigil): Promise<import('../../core/notifier/delivery-log.ts').DeliveryRecord> {
