@@ -158,13 +158,17 @@ describe('the bundled plugin (dist/vigil.js)', () => {
 
   it("says once, in a toast and in opencode's log, when nothing answers at its URL; the option sets the URL", async () => {
     const urls: string[] = [];
-    vi.stubGlobal('fetch', async (url: string) => {
+    const auth: unknown[] = [];
+    vi.stubGlobal('fetch', async (url: string, init: RequestInit) => {
       urls.push(url);
+      auth.push((init.headers as Record<string, string>).authorization);
       throw Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNREFUSED' } });
     });
     toasts.length = 0;
     logs.length = 0;
+    vi.stubEnv('VIGIL_INGEST_TOKEN', 'the-ingest-token');
     const hooks = await (mod.VigilPlugin as PluginFn)(fakeCtx(), { url: 'http://127.0.0.1:8080/vigil' });
+    vi.unstubAllEnvs();
     for (const l of captured()) {
       if (l.hook === 'tool.execute.after') await hooks[l.hook](l.input, structuredClone(l.output));
     }
@@ -172,6 +176,7 @@ describe('the bundled plugin (dist/vigil.js)', () => {
     await new Promise((r) => setTimeout(r, 0));
     expect(urls.length).toBeGreaterThan(0);
     expect(urls.every((u) => u.startsWith('http://127.0.0.1:8080/vigil/'))).toBe(true);
+    expect(new Set(auth)).toEqual(new Set(['Bearer the-ingest-token']));
     expect(toasts).toEqual([
       {
         title: 'Vigil',
