@@ -46,6 +46,12 @@ const upstream = createServer((req, res) => {
     }
     const text = kind === 'anthropic' ? ANTHROPIC_STREAM : OPENAI_STREAM;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    if (kind === 'broken') {
+      // the first event, then the connection drops
+      res.write(text.slice(0, text.indexOf('\n\n') + 2));
+      setTimeout(() => res.destroy(), 20);
+      return;
+    }
     await streamInTwo(res, text, holds.get(conv));
   });
 });
@@ -91,7 +97,7 @@ beforeAll(async () => {
       .send(r.body);
   });
   router.post('/node/v1/chat/completions', async (req, reply) => {
-    const r = await fetchUpstream(req, 'openai');
+    const r = await fetchUpstream(req, String((req.query as { answer?: string }).answer ?? 'openai'));
     return reply
       .code(r.status)
       .type(r.headers.get('content-type') ?? '')
@@ -185,6 +191,18 @@ describe('vigilGate with a streaming upstream', () => {
     expect(x?.models).toEqual(['claude-x']);
     expect(x?.usd_since_landed).toBeCloseTo((2125 * 3 + 42 * 15) / 1e6, 9);
   });
+
+  for (const path of ['/web/v1/chat/completions', '/node/v1/chat/completions']) {
+    it(`an upstream that drops part way ends the client's stream; nothing is recorded (${path.split('/')[1]})`, async () => {
+      const conv = `ses_broken_${path.split('/')[1]}`;
+      const r = await ask(`${path}?answer=broken`, conv);
+      expect(r.status).toBe(200);
+      await expect(r.text()).rejects.toThrow();
+      // The router goes on serving.
+      expect((await ask(path, `${conv}_after`)).status).toBe(200);
+      expect((await row(conv))?.context_tokens ?? 0).toBe(0);
+    });
+  }
 
   it('an SSE answer sent as one string, and a JSON answer, are recorded too', async () => {
     expect(await (await ask('/text/v1/chat/completions', 'ses_text')).text()).toBe(OPENAI_STREAM);

@@ -115,6 +115,25 @@ describe('answer facts', () => {
     );
   });
 
+  it('a long answer: only its tail is read once it is visible, and the usage at its end still counts', () => {
+    const delta = (i: number) => ({ id: 'c', model: 'm', choices: [{ index: 0, delta: { content: `part ${i} ` } }] });
+    const long = sse(
+      ...Array.from({ length: 5000 }, (_, i) => delta(i)),
+      { id: 'c', model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'length' }] },
+      { id: 'c', model: 'm', choices: [], usage: { prompt_tokens: 7, completion_tokens: 5000 } },
+    );
+    expect(long.length).toBeGreaterThan(4 * 64 * 1024);
+    const r = new SseReader();
+    const bytes = Buffer.from(long);
+    for (let i = 0; i < bytes.length; i += 777) r.push(bytes.subarray(i, i + 777));
+    expect(r.end()).toMatchObject({
+      visible: true,
+      finish_reason: 'length',
+      usage: { prompt_tokens: 7, completion_tokens: 5000 },
+    });
+    expect(sseFacts(long)).toMatchObject({ finish_reason: 'length', usage: { prompt_tokens: 7 } });
+  });
+
   it('never throws on arbitrary bytes, and ignores an overlong line', () => {
     fc.assert(
       fc.property(fc.array(fc.uint8Array({ maxLength: 200 }), { maxLength: 20 }), (chunks) => {

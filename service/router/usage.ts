@@ -152,16 +152,27 @@ export function jsonFacts(text: string): AnswerFacts | undefined {
   return f;
 }
 
-// Lines of a stream that can change the facts. Every other line (the bulk: text deltas)
-// is only parsed while nothing visible has been seen yet.
-const MEANINGFUL = /"usage"|"finish_reason":"|"stop_reason"|"message_start"|"content_block_start"|"error"|"tool_calls"/;
-const CONTENT = /"(content|text|partial_json)":"/;
+// What in a stream can change the facts: one native regex scan over each chunk's whole
+// lines finds them, and only the lines it finds are cut out and parsed. Text deltas
+// (the bulk of a stream) are looked at only until something visible came.
+const MEANINGFUL =
+  /"usage"|"finish_reason":"|"stop_reason"|"message_start"|"content_block_start"|"error"|"tool_calls"/g;
+const MEANINGFUL_OR_CONTENT = new RegExp(`${MEANINGFUL.source}|"(?:content|text|partial_json)":"`, 'g');
 /** A line longer than this is passed through unread (no usage chunk is that long). */
 const MAX_LINE = 1 << 20; // 1 MiB
+/**
+ * Once the answer is known to be visible, only about the stream's last this-many
+ * characters are kept and read at its end: what is left to learn (finish reason, usage,
+ * Anthropic's message_delta) comes in the last events.
+ */
+const TAIL = 16 * 1024;
 
 /**
- * Reads an SSE stream's `data:` lines as they pass, without holding the stream: only
- * the unfinished last line is kept between chunks.
+ * Reads an SSE stream's `data:` lines as they pass, without holding the stream: its
+ * first lines until something visible came (the id, the model, Anthropic's
+ * message_start, whether anything visible came back), then only a bounded tail, read
+ * when the stream ends. Between chunks only the unfinished last line (or the tail) is
+ * kept.
  */
 export class SseReader {
   readonly facts: AnswerFacts = {};
@@ -169,46 +180,93 @@ export class SseReader {
   private partial = '';
   private first = true;
   private skipping = false;
+  /** Tail mode: the latest decoded chunks, at least TAIL characters when there are that many. */
+  private tail: string[] | undefined;
+  private tailLength = 0;
+  private trimmed = false;
 
   push(chunk: Buffer | string): void {
-    const text = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
-    let start = 0;
-    for (let nl = text.indexOf('\n'); nl >= 0; nl = text.indexOf('\n', start)) {
-      const piece = text.slice(start, nl);
-      start = nl + 1;
-      if (this.skipping) {
-        this.skipping = false;
-        this.partial = '';
-        continue;
+    const fresh = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
+    if (this.tail !== undefined) {
+      this.tail.push(fresh);
+      this.tailLength += fresh.length;
+      while (this.tail.length > 1 && this.tailLength - this.tail[0].length >= TAIL) {
+        this.tailLength -= (this.tail.shift() as string).length;
+        this.trimmed = true;
       }
-      const line = this.partial ? this.partial + piece : piece;
-      this.partial = '';
-      this.line(line);
+      return;
     }
-    if (start < text.length && !this.skipping) {
-      this.partial += text.slice(start);
-      if (this.partial.length > MAX_LINE) {
-        this.partial = '';
-        this.skipping = true;
-      }
+    const last = fresh.lastIndexOf('\n');
+    if (last < 0) {
+      if (!this.skipping) this.keep(this.partial + fresh);
+      return;
+    }
+    let text: string;
+    if (this.skipping) {
+      // the rest of an overlong line, up to its newline, is dropped
+      this.skipping = false;
+      text = fresh.slice(fresh.indexOf('\n') + 1, last + 1);
+    } else text = this.partial + fresh.slice(0, last + 1);
+    this.keep(fresh.slice(last + 1));
+    this.scan(text);
+    if (!this.first && this.facts.visible === true && !this.skipping) {
+      this.tail = [this.partial];
+      this.tailLength = this.partial.length;
+      this.partial = '';
     }
   }
 
   /** The stream ended: a last line without its newline still counts. */
   end(): AnswerFacts {
+    if (this.tail !== undefined) {
+      let text = this.tail.join('') + this.decoder.end();
+      this.tail = [];
+      // a cut tail starts inside a line: from the next one
+      if (this.trimmed) text = text.slice(text.indexOf('\n') + 1);
+      this.scan(`${text}\n`);
+      return this.facts;
+    }
     const rest = this.partial + this.decoder.end();
     this.partial = '';
-    if (rest && !this.skipping) this.line(rest);
+    if (rest && !this.skipping) this.scan(`${rest}\n`);
     return this.facts;
+  }
+
+  private keep(tail: string): void {
+    this.partial = tail;
+    if (tail.length > MAX_LINE) {
+      this.partial = '';
+      this.skipping = true;
+    }
+  }
+
+  /** `text` is whole lines, each ending in a newline. */
+  private scan(text: string): void {
+    let from = 0;
+    // The first data line carries the answer's id and model.
+    while (this.first && from < text.length) {
+      const e = text.indexOf('\n', from);
+      if (text.startsWith('data:', from)) {
+        this.first = false;
+        this.line(text.slice(from, e));
+      }
+      from = e + 1;
+    }
+    let re = this.facts.visible === true ? MEANINGFUL : MEANINGFUL_OR_CONTENT;
+    re.lastIndex = from;
+    for (let m = re.exec(text); m; m = re.exec(text)) {
+      const s = text.lastIndexOf('\n', m.index) + 1;
+      const e = text.indexOf('\n', m.index);
+      this.line(text.slice(s, e));
+      if (re === MEANINGFUL_OR_CONTENT && this.facts.visible === true) re = MEANINGFUL;
+      re.lastIndex = e + 1;
+    }
   }
 
   private line(raw: string): void {
     if (!raw.startsWith('data:')) return;
     const data = raw.charCodeAt(5) === 32 ? raw.slice(6) : raw.slice(5);
     if (data.startsWith('[DONE]')) return;
-    const wanted = this.first || MEANINGFUL.test(data) || (this.facts.visible !== true && CONTENT.test(data));
-    if (!wanted) return;
-    this.first = false;
     try {
       absorb(this.facts, JSON.parse(data.endsWith('\r') ? data.slice(0, -1) : data));
     } catch {
