@@ -1,0 +1,981 @@
+import { Counter, Gauge } from 'prom-client';
+import { z } from 'zod';
+import type { Clock } from '../../core/clock.ts';
+import type {
+  Detector,
+  GateContext,
+  GateVote,
+  ModeEvent,
+  ModeInfo,
+  Panel,
+  PluginRoute,
+  SessionInfo,
+  SessionReadout,
+  Transition,
+  TreeState,
+} from '../../core/contracts.ts';
+import { duration } from '../../core/duration.ts';
+import type { Logger } from '../../core/logger.ts';
+import { Lru } from '../../core/lru.ts';
+import type { Metrics } from '../../core/metrics.ts';
+import type { Store } from '../../core/store/store.ts';
+import type { SessionTree } from '../../core/tree.ts';
+import type { ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
+import {
+  anyBudget,
+  type BudgetLevel,
+  budgetLine,
+  hasCeiling,
+  RANK,
+  type Scope,
+  type Standing,
+  scopeKey,
+  scopeLabel,
+  standing,
+  VERDICT_OF,
+} from './budget.ts';
+import { dayOf, dayStart, lastDays, nextDayAt } from './day.ts';
+import { F, M_TTL, mKeys } from './keys.ts';
+import {
+  addSpend,
+  flag,
+  type LedgerSummary,
+  landed,
+  newSessionSpend,
+  type Outcome,
+  pack,
+  restart,
+  type SessionSpend,
+  type SpendInput,
+  type Stretch,
+  stretchOf,
+  summarize,
+  unpack,
+} from './ledger.ts';
+import type { MoneyOptions } from './options.ts';
+
+// The service's shell around the ledger and budgets (ledger.ts, budget.ts): the spend of
+// every request record and sensor-reported model call is added to its session, its day
+// (totals, per model, per agent) and its tree's day; the mode's decisions (onTree) open
+// a session's stretch when a detector flags it and close it when a mode acts; the gate
+// refuses what a budget ceiling covers, in an acting mode. Every write is a
+// compare-and-set or a counter add, so instances agree. docs/money.md has the rules.
+
+export const TYPE = 'money';
+const NONE: readonly Transition[] = Object.freeze([]);
+const DAY = 86_400_000;
+/** The longest window a ledger read covers. */
+const MAX_DAYS = 400;
+const VERDICT_RANK = { ok: 0, stalling: 1, looping: 2 } as const;
+
+interface OpenEntry {
+  root: string;
+  agent?: string;
+  at: number;
+}
+type OpenMap = Record<string, OpenEntry>;
+
+export interface MoneyDeps {
+  store: Store;
+  clock: Clock;
+  tree: Pick<SessionTree, 'meta'>;
+  mode: ModeInfo;
+  metrics: Metrics;
+  logger: Logger;
+  knobs: () => MoneyOptions;
+}
+
+/** What GET /ledger answers (and `vigil report`, and the ledger replay, print). */
+export interface LedgerView {
+  since: number;
+  until: number;
+  summary: LedgerSummary;
+  /** All spend on the days the window touches, and its part in flagged stretches (day counters). */
+  spend: {
+    first_day: string;
+    last_day: string;
+    usd: number;
+    tokens: number;
+    calls: number;
+    loop_usd: number;
+    loop_tokens: number;
+  };
+  stretches: Stretch[];
+}
+
+/** One day's counters, per model (GET /ledger/days, the admin chart). */
+export interface DayView {
+  day: string;
+  start: number;
+  usd: number;
+  tokens: number;
+  calls: number;
+  loop_usd: number;
+  loop_tokens: number;
+  loop_calls: number;
+  models: Record<string, { usd: number; tokens: number; calls: number; loop_usd: number; loop_tokens: number }>;
+}
+
+const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
+
+/** The model-call spend a router's record reports. */
+export function recordSpend(r: RequestRecord, root: string): SpendInput {
+  return {
+    kind: 'request',
+    calls: 1,
+    tokens: r.prompt_tokens,
+    usd: r.cost_usd ?? 0,
+    ts: r.ts,
+    model: r.model,
+    agent: r.agent,
+    root,
+  };
+}
+
+export class MoneyDetector implements Detector {
+  readonly type = TYPE;
+  /** Sessions known to report model calls (their tool calls are not calls) and request records. */
+  private readonly reportsCalls = new Lru<string, true>(100_000);
+  private readonly reportsRequests = new Lru<string, true>(100_000);
+  /** `<day>|<scope>` -> the budget level raised there (at least). */
+  private readonly raisedAt = new Lru<string, BudgetLevel>(20_000);
+  private lastDay: string | undefined;
+  private lastIdleCheck = Number.NEGATIVE_INFINITY;
+  private readonly c: ReturnType<typeof counters>;
+
+  constructor(private readonly d: MoneyDeps) {
+    this.c = counters(d.metrics, () => this.openCount());
+  }
+
+  private get store(): Store {
+    return this.d.store;
+  }
+
+  // -------------------------------------------------------------------------
+  // inputs: spend
+
+  onRequest(r: RequestRecord, s: SessionInfo): Promise<readonly Transition[]> {
+    this.reportsRequests.set(r.session_id, true);
+    this.reportsCalls.set(r.session_id, true);
+    return this.spend(r.session_id, s, recordSpend(r, s.root));
+  }
+
+  onProgress(ev: ProgressEvent, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
+    if (ev.kind === 'assistant') {
+      if (this.reportsRequests.has(ev.session_id)) return NONE;
+      return this.spend(ev.session_id, s, {
+        kind: 'assistant',
+        calls: 1,
+        // The whole prompt: its uncached part and what the cache read and wrote.
+        tokens: ev.input_tokens + ev.cache_read_tokens + ev.cache_write_tokens,
+        usd: 0,
+        ts: ev.ts,
+        model: ev.model,
+        agent: ev.agent,
+        root: s.root,
+      });
+    }
+    if (ev.kind !== 'tool') return NONE;
+    if (ev.landed) return this.landedCall(ev, s);
+    // Most tool calls cost nothing here: their session reports its model calls.
+    if (this.reportsCalls.has(ev.session_id)) return NONE;
+    return this.spend(ev.session_id, s, {
+      kind: 'tool',
+      calls: 1,
+      tokens: 0,
+      usd: 0,
+      ts: ev.ts,
+      agent: ev.agent,
+      root: s.root,
+    });
+  }
+
+  private async spend(id: string, s: SessionInfo, x: SpendInput): Promise<readonly Transition[]> {
+    const k = this.d.knobs();
+    const r = await this.store.update<SessionSpend, { st: SessionSpend; c: number; k: number; u: number }>(
+      mKeys.session(id),
+      (cur) => {
+        const st = cur ?? newSessionSpend(s.root, x.ts);
+        const added = addSpend(st, x);
+        return { value: st, result: { st, ...added }, ttlMs: M_TTL.session };
+      },
+    );
+    if (r.st.mc) this.reportsCalls.set(id, true);
+    if (r.st.req) this.reportsRequests.set(id, true);
+    if (r.c === 0 && r.k === 0 && r.u === 0) return NONE;
+    const now = this.d.clock.now();
+    const day = dayOf(now, k.timezone);
+    const model = x.model ?? r.st.m ?? 'unknown';
+    const agent = r.st.agent ?? x.agent ?? (await this.d.tree.meta(id))?.agent;
+    const deltas: Record<string, number> = {
+      [F.usd]: r.u,
+      [F.tokens]: r.k,
+      [F.calls]: r.c,
+      [F.model(model, F.usd)]: r.u,
+      [F.model(model, F.tokens)]: r.k,
+      [F.model(model, F.calls)]: r.c,
+    };
+    if (agent) {
+      deltas[F.agent(agent, F.usd)] = r.u;
+      deltas[F.agent(agent, F.tokens)] = r.k;
+    }
+    if (r.st.f) addLoop(deltas, model, r);
+    const [dt, tt] = await Promise.all([
+      this.store.incr(mKeys.day(day), deltas, k.retention + DAY),
+      // The zero adds read back where a Resume rebased the tree, in the same step.
+      this.store.incr(
+        mKeys.tree(day, s.root),
+        { [F.usd]: r.u, [F.tokens]: r.k, [F.calls]: r.c, [F.resumedUsd]: 0, [F.resumedTokens]: 0, [F.exempt]: 0 },
+        M_TTL.tree,
+      ),
+    ]);
+    this.c.spendUsd.inc({ model }, r.u);
+    this.c.spendTokens.inc({ model }, r.k);
+    this.c.spendCalls.inc({ model }, r.c);
+    if (!anyBudget(k.budgets)) return NONE;
+    const out: Transition[] = [];
+    for (const [scope, st] of standings(s.root, agent, dt, tt, k)) {
+      if (st.level === 'ok') continue;
+      const t = await this.raise(day, scope, st);
+      if (t) out.push(t);
+    }
+    return out;
+  }
+
+  /** A landed call: unless it repeats the last landing, the session made progress. */
+  private async landedCall(ev: ToolEvent, s: SessionInfo): Promise<readonly Transition[]> {
+    const r = await this.store.update<SessionSpend, Stretch | null>(mKeys.session(ev.session_id), (cur) => {
+      const st = cur ?? newSessionSpend(s.root, ev.ts);
+      if (!landed(st, ev.fingerprint, ev.ts)) return { value: st, result: null, ttlMs: M_TTL.session };
+      const closed = stretchOf(ev.session_id, st, 'recovered', st.ts) ?? null;
+      restart(st, ev.ts);
+      return { value: st, result: closed, ttlMs: M_TTL.session };
+    });
+    if (r) await this.finish([r], []);
+    return NONE;
+  }
+
+  // -------------------------------------------------------------------------
+  // the mode's decisions: flags open a stretch, actions close it
+
+  async onTree(ev: ModeEvent, tree: TreeState): Promise<readonly Transition[]> {
+    const now = this.d.clock.now();
+    const out = ev.type === 'resume' ? await this.resumeTree(tree.root, now) : [];
+    const open = (await this.store.get<OpenMap>(mKeys.open)) ?? {};
+    const ids = new Set<string>();
+    for (const [id, e] of Object.entries(open)) if (e.root === tree.root) ids.add(id);
+    if (ev.type === 'verdict') ids.add(ev.session_id);
+    if (!ids.size) return out;
+    const opened: [string, OpenEntry][] = [];
+    const closed: Stretch[] = [];
+    const mode = this.d.mode.type();
+    const acts = this.d.mode.acts();
+    const k = this.d.knobs();
+    for (const id of ids) {
+      const mine = ev.type === 'verdict' && ev.session_id === id;
+      // A stretch opens when a counted detector's verdict leaves ok (not on a change
+      // between two flagged levels: that is the same stretch, or one already closed).
+      const flagging =
+        mine && ev.from === 'ok' && ev.to !== 'ok' && ev.severity !== 'info' && k.detectors.includes(ev.detector);
+      if (!open[id] && !flagging) continue;
+      const r = await this.store.update<SessionSpend, { opened?: SessionSpend; closed?: Stretch }>(
+        mKeys.session(id),
+        (cur) => {
+          if (!cur && !flagging) return { value: cur, result: {} };
+          const st = cur ?? newSessionSpend(tree.root, now);
+          const res: { opened?: SessionSpend; closed?: Stretch } = {};
+          if (flagging && flag(st, ev.detector, ev.rule, ev.to, mode)) res.opened = { ...st };
+          // Raised to looping while open.
+          else if (mine && st.f && st.f.det === ev.detector && ev.to === 'looping') st.f.lvl = 'looping';
+          if (mine && ev.to === 'ok' && st.f?.det === ev.detector) {
+            res.closed = stretchOf(id, st, 'recovered', st.ts);
+            restart(st, st.ts);
+          } else if (st.f && actedOn(id, ev, tree, acts)) {
+            const at = Math.max(st.ts, st.f.at);
+            res.closed = stretchOf(id, st, 'acted', at);
+            restart(st, at);
+          }
+          return { value: st, result: res, ttlMs: M_TTL.session };
+        },
+      );
+      if (r.opened) {
+        opened.push([id, { root: r.opened.root, ...(r.opened.agent ? { agent: r.opened.agent } : {}), at: now }]);
+        await this.loopSpend(r.opened, now);
+      }
+      if (r.closed) closed.push(r.closed);
+    }
+    await this.finish(closed, opened);
+    return out;
+  }
+
+  /** The spend of a stretch up to its flag joins the day's spend in loops. */
+  private async loopSpend(st: SessionSpend, now: number): Promise<void> {
+    if (!st.f || (!st.f.c && !st.f.k && !st.f.u)) return;
+    const k = this.d.knobs();
+    const deltas: Record<string, number> = {};
+    addLoop(deltas, st.m ?? 'unknown', { c: st.f.c, k: st.f.k, u: st.f.u });
+    await this.store.incr(mKeys.day(dayOf(now, k.timezone)), deltas, k.retention + DAY);
+  }
+
+  /**
+   * Records closed stretches (the day's list, metrics) and keeps the open index: drops
+   * the closed, adds the opened; past max_open the oldest are closed as ended.
+   */
+  private async finish(closed: Stretch[], opened: [string, OpenEntry][], drop: string[] = []): Promise<void> {
+    if (!closed.length && !opened.length && !drop.length) return;
+    const k = this.d.knobs();
+    const evicted = await this.store.update<OpenMap, string[]>(mKeys.open, (cur) => {
+      const m: OpenMap = { ...(cur ?? {}) };
+      for (const x of closed) delete m[x.session];
+      for (const id of drop) delete m[id];
+      for (const [id, e] of opened) m[id] = e;
+      const ids = Object.keys(m);
+      const gone =
+        ids.length > k.max_open
+          ? ids.sort((a, b) => m[a].at - m[b].at).slice(0, ids.length - k.max_open)
+          : ([] as string[]);
+      for (const id of gone) delete m[id];
+      return { value: m, result: gone };
+    });
+    for (const x of closed) await this.record(x, k);
+    for (const id of evicted) {
+      const x = await this.closeSession(id, 'ended', (st) => st.ts);
+      if (x) await this.record(x, k);
+    }
+  }
+
+  private async record(x: Stretch, k: MoneyOptions): Promise<void> {
+    const day = dayOf(x.closed_at ?? x.flagged_at, k.timezone);
+    await this.store.pushCapped(mKeys.stretches(day), pack(x), k.max_stretches_per_day, k.retention);
+    this.d.logger.info(
+      { session: x.session, outcome: x.outcome, calls: x.calls, usd: x.usd, calls_to_flag: x.to_flag.calls },
+      `flagged stretch closed: ${x.outcome}`,
+    );
+    const labels = { model: x.model ?? 'unknown', outcome: x.outcome };
+    this.c.stretches.inc(labels);
+    this.c.loopUsd.inc(labels, x.usd);
+    this.c.loopUsdToFlag.inc(labels, x.to_flag.usd);
+    this.c.loopCalls.inc(labels, x.calls);
+    this.c.loopTokens.inc(labels, x.tokens);
+  }
+
+  /** Closes a session's open stretch (if it still has one) at the time `at` picks. */
+  private closeSession(id: string, outcome: Outcome, at: (st: SessionSpend) => number): Promise<Stretch | null> {
+    return this.store.update<SessionSpend, Stretch | null>(mKeys.session(id), (cur) => {
+      if (!cur?.f) return { value: cur, result: null, ttlMs: M_TTL.session };
+      const when = at(cur);
+      const x = stretchOf(id, cur, outcome, when) ?? null;
+      restart(cur, when);
+      return { value: cur, result: x, ttlMs: M_TTL.session };
+    });
+  }
+
+  // -------------------------------------------------------------------------
+  // time: the session's end, the day's end
+
+  async onTick(now: number): Promise<readonly Transition[]> {
+    const k = this.d.knobs();
+    const day = dayOf(now, k.timezone);
+    let out: readonly Transition[] = NONE;
+    if (this.lastDay !== day) {
+      this.lastDay = day;
+      out = await this.resolveDay(dayOf(dayStart(day, k.timezone) - 1, k.timezone));
+    }
+    if (now - this.lastIdleCheck >= 60_000) {
+      this.lastIdleCheck = now;
+      await this.closeIdle(now, k);
+    }
+    return out;
+  }
+
+  /** Stretches whose session had no input for idle_close end at its last input. */
+  async closeIdle(now: number, k = this.d.knobs()): Promise<number> {
+    const open = (await this.store.get<OpenMap>(mKeys.open)) ?? {};
+    const closed: Stretch[] = [];
+    const stale: string[] = [];
+    for (const [id, e] of Object.entries(open)) {
+      if (now - e.at < k.idle_close) continue;
+      const seen = (await this.d.tree.meta(id))?.last_seen ?? 0;
+      const x = await this.store.update<SessionSpend, Stretch | null | 'gone'>(mKeys.session(id), (cur) => {
+        if (!cur?.f) return { value: cur, result: 'gone', ttlMs: M_TTL.session };
+        const last = Math.max(cur.ts, seen);
+        if (now - last < k.idle_close) return { value: cur, result: null, ttlMs: M_TTL.session };
+        const s = stretchOf(id, cur, 'ended', last) ?? null;
+        restart(cur, last);
+        return { value: cur, result: s, ttlMs: M_TTL.session };
+      });
+      // Closed already (by another instance, or a forgotten session): only the index entry is left.
+      if (x === 'gone') stale.push(id);
+      else if (x) closed.push(x);
+    }
+    await this.finish(closed, [], stale);
+    return closed.length;
+  }
+
+  // -------------------------------------------------------------------------
+  // budgets
+
+  /** Raises a scope's incident to `st.level`, once per day whatever the instances; the transition if this call did. */
+  private async raise(day: string, scope: Scope, st: Standing): Promise<Transition | undefined> {
+    const key = scopeKey(scope);
+    const cached = this.raisedAt.get(`${day}|${key}`);
+    if (cached && RANK[cached] >= RANK[st.level]) return undefined;
+    const was = await this.store.update<Record<string, BudgetLevel>, BudgetLevel | null>(mKeys.raised(day), (cur) => {
+      const m = { ...(cur ?? {}) };
+      const before = m[key] ?? 'ok';
+      if (RANK[before] >= RANK[st.level]) return { value: m, result: null, ttlMs: M_TTL.raised };
+      m[key] = st.level;
+      return { value: m, result: before, ttlMs: M_TTL.raised };
+    });
+    this.raisedAt.set(`${day}|${key}`, st.level);
+    if (was === null) return undefined;
+    this.c.budgetAlerts.inc({ scope: scope.kind, level: st.level });
+    // The refusal stops what it covers: their stretches end at it.
+    if (st.level === 'over' && this.d.mode.acts()) await this.closeCovered(scope);
+    return budgetTransition(scope, was, st.level, budgetLine(scope, st, day), day);
+  }
+
+  private async closeCovered(scope: Scope): Promise<void> {
+    const open = (await this.store.get<OpenMap>(mKeys.open)) ?? {};
+    const closed: Stretch[] = [];
+    for (const [id, e] of Object.entries(open)) {
+      const covered =
+        scope.kind === 'total' ||
+        (scope.kind === 'tree' && e.root === scope.id) ||
+        (scope.kind === 'agent' && e.agent === scope.id);
+      if (!covered) continue;
+      const x = await this.closeSession(id, 'budget', (st) => Math.max(st.ts, st.f?.at ?? 0));
+      if (x) closed.push(x);
+    }
+    await this.finish(closed, []);
+  }
+
+  /** A Resume of a tree: it counts afresh today, past the agent and total ceilings; its incident resolves. */
+  private async resumeTree(root: string, now: number): Promise<Transition[]> {
+    const k = this.d.knobs();
+    const day = dayOf(now, k.timezone);
+    const key = mKeys.tree(day, root);
+    const t = await this.store.counts(key, [F.usd, F.tokens, F.resumedUsd, F.resumedTokens, F.exempt]);
+    await this.store.incr(
+      key,
+      {
+        [F.resumedUsd]: t[F.usd] - t[F.resumedUsd],
+        [F.resumedTokens]: t[F.tokens] - t[F.resumedTokens],
+        [F.exempt]: 1 - t[F.exempt],
+      },
+      M_TTL.tree,
+    );
+    const scope: Scope = { kind: 'tree', id: root };
+    const sk = scopeKey(scope);
+    this.raisedAt.delete(`${day}|${sk}`);
+    const was = await this.store.update<Record<string, BudgetLevel>, BudgetLevel>(mKeys.raised(day), (cur) => {
+      const m = { ...(cur ?? {}) };
+      const before = m[sk] ?? 'ok';
+      delete m[sk];
+      return { value: m, result: before, ttlMs: M_TTL.raised };
+    });
+    if (was === 'ok') return [];
+    return [budgetTransition(scope, was, 'ok', `budget: ${scopeLabel(scope)} resumed: counts afresh from here`, day)];
+  }
+
+  /** The day before ended: its raised incidents resolve (one instance does it). */
+  private async resolveDay(day: string): Promise<readonly Transition[]> {
+    const raised = await this.store.get<Record<string, BudgetLevel>>(mKeys.raised(day));
+    if (!raised || !Object.values(raised).some((l) => l !== 'ok')) return NONE;
+    if (!(await this.store.setIfAbsent(mKeys.resolved(day), '1', M_TTL.raised))) return NONE;
+    const out: Transition[] = [];
+    for (const [key, level] of Object.entries(raised)) {
+      if (level === 'ok') continue;
+      const scope = scopeOf(key);
+      out.push(budgetTransition(scope, level, 'ok', `budget: ${scopeLabel(scope)}: ${day} is over`, day));
+    }
+    return out;
+  }
+
+  gate(g: GateContext): GateVote | undefined | Promise<GateVote | undefined> {
+    const k = this.d.knobs();
+    if (!g.acting || !anyBudget(k.budgets)) return undefined;
+    return this.budgetGate(g, k);
+  }
+
+  private async budgetGate(g: GateContext, k: MoneyOptions): Promise<GateVote | undefined> {
+    const day = dayOf(g.now, k.timezone);
+    const agent = g.query.agent ?? (await this.d.tree.meta(g.session.id))?.agent;
+    const { dt, tt } = await this.counters(day, g.session.root, agent);
+    for (const [scope, st, refusable] of standings(g.session.root, agent, dt, tt, k)) {
+      if (st.level !== 'over' || !refusable) continue;
+      this.c.budgetRefusals.inc({ scope: scope.kind });
+      const wait = Math.ceil((nextDayAt(g.now, k.timezone) - g.now) / 1000);
+      return { refuse: { reason: budgetLine(scope, st, day), retry_after_s: Math.max(1, wait) } };
+    }
+    return undefined;
+  }
+
+  private async counters(day: string, root: string, agent: string | undefined) {
+    const fields: string[] = [F.usd, F.tokens];
+    if (agent) fields.push(F.agent(agent, F.usd), F.agent(agent, F.tokens));
+    const [dt, tt] = await Promise.all([
+      this.store.counts(mKeys.day(day), fields),
+      this.store.counts(mKeys.tree(day, root), [F.usd, F.tokens, F.resumedUsd, F.resumedTokens, F.exempt]),
+    ]);
+    return { dt, tt };
+  }
+
+  // -------------------------------------------------------------------------
+  // readouts
+
+  /** Beside each session: what its open stretch has cost, and where its budgets stand today. */
+  async session(id: string): Promise<SessionReadout | undefined> {
+    const st = await this.store.get<SessionSpend>(mKeys.session(id));
+    if (!st) return undefined;
+    const k = this.d.knobs();
+    const fields: Record<string, string | number | null> = {
+      loop_usd: st.f ? round6(st.u) : null,
+      loop_calls: st.f ? st.c : null,
+    };
+    if (anyBudget(k.budgets)) {
+      const day = dayOf(this.d.clock.now(), k.timezone);
+      const agent = st.agent ?? (await this.d.tree.meta(id))?.agent;
+      const { dt, tt } = await this.counters(day, st.root, agent);
+      const list = standings(st.root, agent, dt, tt, k);
+      const worst = list.sort((a, b) => b[1].share - a[1].share)[0];
+      if (worst) {
+        const [scope, s, refusable] = worst;
+        fields.budget = `${scope.kind === 'total' ? 'all' : scope.kind} ${amountShort(s)}`;
+        fields.budget_level = s.level === 'over' && !refusable ? 'resumed' : s.level;
+      }
+    }
+    return { level: 'ok', reason: '', source: TYPE, fields };
+  }
+
+  async forget(ids: readonly string[]): Promise<void> {
+    for (const id of ids) {
+      this.reportsCalls.delete(id);
+      this.reportsRequests.delete(id);
+      await this.store.del(mKeys.session(id));
+    }
+    const gone = new Set(ids);
+    await this.store.update<OpenMap, void>(mKeys.open, (cur) => {
+      const m: OpenMap = {};
+      for (const [id, e] of Object.entries(cur ?? {})) if (!gone.has(id)) m[id] = e;
+      return { value: m, result: undefined };
+    });
+  }
+
+  private async openCount(): Promise<number> {
+    return Object.keys((await this.store.get<OpenMap>(mKeys.open)) ?? {}).length;
+  }
+
+  /** The stretches flagged since `since` (closed and open, oldest first), their summary and the days' spend. */
+  async ledger(since: number, limit = 1_000): Promise<LedgerView> {
+    const k = this.d.knobs();
+    const now = this.d.clock.now();
+    // Days are read one by one: at most MAX_DAYS of them.
+    const from = Math.max(since, now - k.retention, now - MAX_DAYS * DAY);
+    const days = daysBetween(from, now, k.timezone);
+    const closed: Stretch[] = [];
+    for (const d of days) {
+      for (const p of await this.store.list<unknown>(mKeys.stretches(d), k.max_stretches_per_day)) {
+        const x = unpack(p);
+        if (x && x.flagged_at >= from) closed.push(x);
+      }
+    }
+    const open: Stretch[] = [];
+    for (const id of Object.keys((await this.store.get<OpenMap>(mKeys.open)) ?? {})) {
+      const st = await this.store.get<SessionSpend>(mKeys.session(id));
+      const x = st && stretchOf(id, st, 'open', null);
+      if (x && x.flagged_at >= from) open.push(x);
+    }
+    const all = [...closed, ...open].sort((a, b) => a.flagged_at - b.flagged_at || a.session.localeCompare(b.session));
+    const spend = {
+      first_day: days[0],
+      last_day: days[days.length - 1],
+      usd: 0,
+      tokens: 0,
+      calls: 0,
+      loop_usd: 0,
+      loop_tokens: 0,
+    };
+    for (const d of days) {
+      const c = await this.store.counts(mKeys.day(d), [F.usd, F.tokens, F.calls, F.loopUsd, F.loopTokens]);
+      spend.usd += c[F.usd];
+      spend.tokens += c[F.tokens];
+      spend.calls += c[F.calls];
+      spend.loop_usd += c[F.loopUsd];
+      spend.loop_tokens += c[F.loopTokens];
+    }
+    spend.usd = round6(spend.usd);
+    spend.loop_usd = round6(spend.loop_usd);
+    return { since: from, until: now, summary: summarize(all), spend, stretches: all.slice(-limit) };
+  }
+
+  /** The last `n` days' counters, oldest first. */
+  async days(n: number): Promise<DayView[]> {
+    const k = this.d.knobs();
+    const out: DayView[] = [];
+    for (const day of lastDays(this.d.clock.now(), n, k.timezone)) {
+      const c = await this.store.counts(mKeys.day(day));
+      const models: DayView['models'] = {};
+      for (const [f, v] of Object.entries(c)) {
+        if (!f.startsWith('m|')) continue;
+        const cut = f.lastIndexOf('|');
+        const name = f.slice(2, cut);
+        models[name] ??= { usd: 0, tokens: 0, calls: 0, loop_usd: 0, loop_tokens: 0 };
+        const m = models[name];
+        const what = f.slice(cut + 1);
+        if (what === F.usd) m.usd = round6(v);
+        else if (what === F.tokens) m.tokens = v;
+        else if (what === F.calls) m.calls = v;
+        else if (what === F.loopUsd) m.loop_usd = round6(v);
+        else if (what === F.loopTokens) m.loop_tokens = v;
+      }
+      out.push({
+        day,
+        start: dayStart(day, k.timezone),
+        usd: round6(c[F.usd] ?? 0),
+        tokens: c[F.tokens] ?? 0,
+        calls: c[F.calls] ?? 0,
+        loop_usd: round6(c[F.loopUsd] ?? 0),
+        loop_tokens: c[F.loopTokens] ?? 0,
+        loop_calls: c[F.loopCalls] ?? 0,
+        models,
+      });
+    }
+    return out;
+  }
+
+  /** Today's budgets: the ceilings, all spend and each agent's, and the incidents raised. */
+  async budgets(): Promise<Record<string, unknown>> {
+    const k = this.d.knobs();
+    const now = this.d.clock.now();
+    const day = dayOf(now, k.timezone);
+    const c = await this.store.counts(mKeys.day(day));
+    const agents: Record<string, { usd: number; prompt_tokens: number; level: BudgetLevel }> = {};
+    for (const [f, v] of Object.entries(c)) {
+      if (!f.startsWith('a|')) continue;
+      const cut = f.lastIndexOf('|');
+      const name = f.slice(2, cut);
+      agents[name] ??= { usd: 0, prompt_tokens: 0, level: 'ok' };
+      const a = agents[name];
+      if (f.slice(cut + 1) === F.usd) a.usd = round6(v);
+      else a.prompt_tokens = v;
+    }
+    for (const a of Object.values(agents))
+      a.level = standing({ usd: a.usd, tokens: a.prompt_tokens }, k.budgets.agent, k.budgets.warn_at).level;
+    const total = { usd: round6(c[F.usd] ?? 0), prompt_tokens: c[F.tokens] ?? 0 };
+    return {
+      day,
+      next_day_at: new Date(nextDayAt(now, k.timezone)).toISOString(),
+      ceilings: k.budgets,
+      total: {
+        ...total,
+        level: standing({ usd: total.usd, tokens: total.prompt_tokens }, k.budgets.total, k.budgets.warn_at).level,
+      },
+      agents,
+      raised: (await this.store.get<Record<string, BudgetLevel>>(mKeys.raised(day))) ?? {},
+    };
+  }
+
+  async health(): Promise<Record<string, unknown>> {
+    const k = this.d.knobs();
+    const day = dayOf(this.d.clock.now(), k.timezone);
+    const c = await this.store.counts(mKeys.day(day), [F.usd, F.loopUsd]);
+    const raised = (await this.store.get<Record<string, BudgetLevel>>(mKeys.raised(day))) ?? {};
+    return {
+      open_stretches: await this.openCount(),
+      today_usd: round6(c[F.usd]),
+      today_loop_usd: round6(c[F.loopUsd]),
+      budgets_over: Object.entries(raised)
+        .filter(([, l]) => l === 'over')
+        .map(([s]) => s),
+    };
+  }
+
+  /** The admin page: spend per day and model (a chart), open stretches, today's budgets. */
+  async panels(): Promise<Panel[]> {
+    const k = this.d.knobs();
+    const days = await this.days(14);
+    const models = [...new Set(days.flatMap((d) => Object.keys(d.models)))].sort();
+    const spend: Panel = {
+      title: `Spend per day and model, in flagged stretches and in total (last ${days.length} days)`,
+      columns: [
+        { key: 'day', label: 'day' },
+        { key: 'model', label: 'model' },
+        { key: 'usd', label: '$ total' },
+        { key: 'loop_usd', label: '$ in loops' },
+        { key: 'share', label: 'share in loops' },
+        { key: 'calls', label: 'calls' },
+        { key: 'tokens', label: 'prompt tokens' },
+      ],
+      rows: days.flatMap((d) =>
+        Object.entries(d.models).map(([model, m]) => ({
+          day: d.day,
+          model,
+          usd: m.usd,
+          loop_usd: m.loop_usd,
+          share: m.usd > 0 ? `${Math.round((m.loop_usd / m.usd) * 100)}%` : null,
+          calls: m.calls,
+          tokens: m.tokens,
+        })),
+      ),
+      chart: {
+        x: days.map((d) => d.start),
+        unit: 'usd',
+        series: models.flatMap((m) => [
+          { label: `${m}: total`, group: m, values: days.map((d) => d.models[m]?.usd ?? 0) },
+          { label: `${m}: in loops`, group: m, dashed: true, values: days.map((d) => d.models[m]?.loop_usd ?? 0) },
+        ]),
+      },
+    };
+    const view = await this.ledger(0, 50);
+    const open: Panel = {
+      title: 'Open flagged stretches (spend so far)',
+      columns: [
+        { key: 'session', label: 'session' },
+        { key: 'agent', label: 'agent' },
+        { key: 'model', label: 'model' },
+        { key: 'level', label: 'level' },
+        { key: 'calls', label: 'calls' },
+        { key: 'usd', label: '$' },
+        { key: 'calls_to_flag', label: 'calls to flag' },
+        { key: 'flagged_at', label: 'flagged' },
+      ],
+      rows: view.stretches
+        .filter((x) => x.outcome === 'open')
+        .map((x) => ({
+          session: x.session,
+          agent: x.agent,
+          model: x.model,
+          level: x.level,
+          calls: x.calls,
+          usd: x.usd,
+          calls_to_flag: x.to_flag.calls,
+          flagged_at: new Date(x.flagged_at).toISOString(),
+        })),
+    };
+    const out = [spend, open];
+    if (anyBudget(k.budgets)) {
+      const b = await this.budgets();
+      const rows = [
+        { scope: 'all spend', ...(b.total as object) },
+        ...Object.entries(b.agents as Record<string, object>).map(([a, v]) => ({ scope: `agent ${a}`, ...v })),
+      ];
+      out.push({
+        title: `Budgets on ${b.day} (ceilings: tree ${ceilingText(k.budgets.tree)}, agent ${ceilingText(k.budgets.agent)}, all ${ceilingText(k.budgets.total)})`,
+        columns: [
+          { key: 'scope', label: 'scope' },
+          { key: 'usd', label: '$ today' },
+          { key: 'prompt_tokens', label: 'prompt tokens today' },
+          { key: 'level', label: 'level' },
+        ],
+        rows,
+      });
+    }
+    return out;
+  }
+
+  routes(): PluginRoute[] {
+    return [
+      {
+        method: 'GET',
+        url: '/ledger',
+        summary:
+          'The ledger: stretches flagged in the window (spend to the flag, to the action or the end), their summary and the days spend',
+        querystring: z.strictObject({
+          since: duration().default(24 * 3_600_000),
+          limit: z.coerce.number().int().min(1).max(100_000).default(1_000),
+        }),
+        handler: (req) => this.ledger(this.d.clock.now() - req.query.since, req.query.limit),
+      },
+      {
+        method: 'GET',
+        url: '/ledger/days',
+        summary: 'Spend per day and model, in total and in flagged stretches (the admin chart)',
+        querystring: z.strictObject({ days: z.coerce.number().int().min(1).max(400).default(14) }),
+        handler: (req) => this.days(req.query.days),
+      },
+      {
+        method: 'GET',
+        url: '/budgets',
+        summary: "Today's budgets: the ceilings, all spend and each agent's, the incidents raised",
+        handler: () => this.budgets(),
+      },
+    ];
+  }
+}
+
+/** Each budget scope with a ceiling: where it stands, and whether its refusal applies to the tree. */
+function standings(
+  root: string,
+  agent: string | undefined,
+  dt: Record<string, number>,
+  tt: Record<string, number>,
+  k: MoneyOptions,
+): [Scope, Standing, boolean][] {
+  const b = k.budgets;
+  const n = (r: Record<string, number>, f: string) => r[f] ?? 0;
+  // A resumed tree: counted afresh, and past the shared ceilings for the rest of the day.
+  const exempt = n(tt, F.exempt) >= 1;
+  const out: [Scope, Standing, boolean][] = [];
+  if (hasCeiling(b.tree)) {
+    const u = { usd: n(tt, F.usd) - n(tt, F.resumedUsd), tokens: n(tt, F.tokens) - n(tt, F.resumedTokens) };
+    out.push([{ kind: 'tree', id: root }, standing(u, b.tree, b.warn_at), true]);
+  }
+  if (agent && hasCeiling(b.agent)) {
+    const u = { usd: n(dt, F.agent(agent, F.usd)), tokens: n(dt, F.agent(agent, F.tokens)) };
+    out.push([{ kind: 'agent', id: agent }, standing(u, b.agent, b.warn_at), !exempt]);
+  }
+  if (hasCeiling(b.total)) {
+    out.push([
+      { kind: 'total' },
+      standing({ usd: n(dt, F.usd), tokens: n(dt, F.tokens) }, b.total, b.warn_at),
+      !exempt,
+    ]);
+  }
+  return out;
+}
+
+function addLoop(deltas: Record<string, number>, model: string, s: { c: number; k: number; u: number }): void {
+  deltas[F.loopUsd] = (deltas[F.loopUsd] ?? 0) + s.u;
+  deltas[F.loopTokens] = (deltas[F.loopTokens] ?? 0) + s.k;
+  deltas[F.loopCalls] = (deltas[F.loopCalls] ?? 0) + s.c;
+  deltas[F.model(model, F.loopUsd)] = s.u;
+  deltas[F.model(model, F.loopTokens)] = s.k;
+}
+
+/** Whether a mode's decision acted on a session: refused, stopped, or (the acting event itself) compacted or capped. */
+function actedOn(id: string, ev: ModeEvent, tree: TreeState, acts: boolean): boolean {
+  if (tree.refuse_all || tree.refused[id]) return true;
+  return (
+    acts &&
+    ev.type === 'verdict' &&
+    ev.session_id === id &&
+    ev.act &&
+    ev.to !== 'ok' &&
+    VERDICT_RANK[ev.to] > VERDICT_RANK[ev.from]
+  );
+}
+
+function budgetTransition(scope: Scope, from: BudgetLevel, to: BudgetLevel, reason: string, day: string): Transition {
+  const key = scopeKey(scope);
+  return {
+    detector: TYPE,
+    subject: { kind: 'global', id: `budget:${key}` },
+    from: VERDICT_OF[from],
+    to: VERDICT_OF[to],
+    rule: to === 'ok' ? null : 'budget',
+    reason,
+    source: TYPE,
+    ...(to === 'ok' ? {} : { severity: to === 'over' ? 'critical' : 'warning' }),
+    dedup_key: `money:budget:${key}`,
+    title: `budget ${to === 'over' ? 'ceiling reached' : to === 'warning' ? 'warning' : 'clear'}: ${scopeLabel(scope)}`,
+    report: `${reason}\nday: ${day}\nscope: ${scopeLabel(scope)}`,
+    act: false,
+  };
+}
+
+function scopeOf(key: string): Scope {
+  if (key === 'total') return { kind: 'total' };
+  const cut = key.indexOf(':');
+  return { kind: key.slice(0, cut) as 'tree' | 'agent', id: key.slice(cut + 1) };
+}
+
+function amountShort(s: Standing): string {
+  if (s.by === null || s.ceiling === null) return '-';
+  const pct = `${Math.floor(s.share * 100)}%`;
+  return s.by === 'usd'
+    ? `$${s.used.toFixed(2)}/$${s.ceiling.toFixed(2)} ${pct}`
+    : `${Math.round(s.used / 1000)}k/${Math.round(s.ceiling / 1000)}k tok ${pct}`;
+}
+
+function ceilingText(c: MoneyOptions['budgets']['tree']): string {
+  const parts = [c.usd !== null ? `$${c.usd}` : '', c.prompt_tokens !== null ? `${c.prompt_tokens} tok` : ''];
+  return parts.filter(Boolean).join(' + ') || 'none';
+}
+
+/** Day keys from the day of `from` to the day of `to`, in order. */
+function daysBetween(from: number, to: number, tz: string): string[] {
+  const out: string[] = [];
+  let at = from;
+  while (at <= to && out.length <= MAX_DAYS) {
+    out.push(dayOf(at, tz));
+    at = nextDayAt(at, tz);
+  }
+  return out;
+}
+
+/** The ledger's Prometheus counters, on the instance's registry. */
+function counters(m: Metrics, open: () => Promise<number>) {
+  const registers = [m.registry];
+  const byOutcome = ['model', 'outcome'] as const;
+  return {
+    spendUsd: new Counter({
+      name: 'vigil_spend_usd_total',
+      help: 'Dollars the request records reported, by model',
+      labelNames: ['model'],
+      registers,
+    }),
+    spendTokens: new Counter({
+      name: 'vigil_spend_prompt_tokens_total',
+      help: 'Prompt tokens of model calls (request records, or sensor events where no router reports), by model',
+      labelNames: ['model'],
+      registers,
+    }),
+    spendCalls: new Counter({
+      name: 'vigil_spend_calls_total',
+      help: 'Model calls counted, by model',
+      labelNames: ['model'],
+      registers,
+    }),
+    stretches: new Counter({
+      name: 'vigil_ledger_stretches_total',
+      help: 'Flagged stretches closed, by model and outcome (acted, budget, recovered, ended)',
+      labelNames: byOutcome,
+      registers,
+    }),
+    loopUsd: new Counter({
+      name: 'vigil_ledger_usd_total',
+      help: 'Dollars spent in closed flagged stretches, start to close, by model and outcome',
+      labelNames: byOutcome,
+      registers,
+    }),
+    loopUsdToFlag: new Counter({
+      name: 'vigil_ledger_usd_before_flag_total',
+      help: 'Dollars spent in closed flagged stretches before their flag, by model and outcome',
+      labelNames: byOutcome,
+      registers,
+    }),
+    loopCalls: new Counter({
+      name: 'vigil_ledger_calls_total',
+      help: 'Model calls in closed flagged stretches, by model and outcome',
+      labelNames: byOutcome,
+      registers,
+    }),
+    loopTokens: new Counter({
+      name: 'vigil_ledger_prompt_tokens_total',
+      help: 'Prompt tokens in closed flagged stretches, by model and outcome',
+      labelNames: byOutcome,
+      registers,
+    }),
+    budgetAlerts: new Counter({
+      name: 'vigil_budget_alerts_total',
+      help: 'Budget incidents raised, by scope (tree, agent, total) and level (warning, over)',
+      labelNames: ['scope', 'level'],
+      registers,
+    }),
+    budgetRefusals: new Counter({
+      name: 'vigil_budget_refusals_total',
+      help: 'Gate checks refused by a budget ceiling, by scope',
+      labelNames: ['scope'],
+      registers,
+    }),
+    open: new Gauge({
+      name: 'vigil_ledger_open_stretches',
+      help: 'Flagged stretches not closed yet',
+      registers,
+      async collect() {
+        this.set(await open().catch(() => -1));
+      },
+    }),
+  };
+}
