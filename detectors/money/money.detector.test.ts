@@ -44,7 +44,7 @@ async function turn(v: Vigil, clock: FakeClock, session: string, o: { landed?: s
     cost_usd: o.usd ?? 0.01,
     ts: clock.now(),
   });
-  const ev = loopEvents(session, 1)[0];
+  const ev = { ...loopEvents(session, 1)[0], kind: 'tool' as const };
   if (o.landed) {
     await v.progress({
       ...ev,

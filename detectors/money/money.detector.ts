@@ -284,7 +284,11 @@ export class MoneyDetector implements Detector {
           if (!cur && !flagging) return { value: cur, result: {} };
           const st = cur ?? newSessionSpend(tree.root, now);
           const res: { opened?: SessionSpend; closed?: Stretch } = {};
-          if (flagging && flag(st, ev.detector, ev.rule, ev.to, mode)) res.opened = { ...st };
+          if (flagging && flag(st, ev.detector, ev.rule, ev.to, mode)) {
+            // The tree knows the agent even when no request record named it.
+            if (!st.agent && ev.agent) st.agent = ev.agent;
+            res.opened = { ...st };
+          }
           // Raised to looping while open.
           else if (mine && st.f && st.f.det === ev.detector && ev.to === 'looping') st.f.lvl = 'looping';
           if (mine && ev.to === 'ok' && st.f?.det === ev.detector) {
