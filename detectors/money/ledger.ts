@@ -38,29 +38,29 @@ export interface Flag extends Spend {
   lvl: 'stalling' | 'looping';
   /** The response mode when it was flagged. */
   mode: string;
+  root: string;
+  agent: string | null;
+  /** The latest model of the stretch. */
+  model: string | null;
 }
 
-/** What the ledger keeps per session (JSON in the store). */
+/** What the ledger keeps per session between inputs (stored packed: encodeSpend). */
 export interface SessionSpend extends Spend {
   /** Start of the current stretch (epoch ms). */
   t0: number;
   /** The latest counted input (epoch ms). */
   ts: number;
-  root: string;
-  agent?: string;
-  /** The latest model. */
-  m?: string;
   /** The session reports request records: its assistant events are the same calls. */
   req?: 1;
   /** The session reports model calls: its tool calls are not counted as calls. */
   mc?: 1;
-  /** The last landed call's fingerprint (16 hex): landing it again is no progress. */
+  /** The last landed call's fingerprint (8 hex): landing it again is no progress. */
   lf?: string;
   f?: Flag;
 }
 
-export function newSessionSpend(root: string, ts: number): SessionSpend {
-  return { t0: ts, ts, c: 0, k: 0, u: 0, root };
+export function newSessionSpend(ts: number): SessionSpend {
+  return { t0: ts, ts, c: 0, k: 0, u: 0 };
 }
 
 export interface SpendInput {
@@ -71,9 +71,10 @@ export interface SpendInput {
   ts: number;
   model?: string;
   agent?: string;
-  root: string;
   kind: 'request' | 'assistant' | 'tool';
 }
+
+const NOTHING: Spend = Object.freeze({ c: 0, k: 0, u: 0 });
 
 /**
  * Adds one input's spend; returns what it added (nothing for an assistant event of a
@@ -84,18 +85,17 @@ export function addSpend(s: SessionSpend, x: SpendInput): Spend {
     s.req = 1;
     s.mc = 1;
   } else if (x.kind === 'assistant') {
-    if (s.req) return { c: 0, k: 0, u: 0 };
+    if (s.req) return NOTHING;
     s.mc = 1;
   } else if (s.mc) {
-    return { c: 0, k: 0, u: 0 };
+    return NOTHING;
   }
   s.c += x.calls;
   s.k += x.tokens;
   s.u += x.usd;
   s.ts = Math.max(s.ts, x.ts);
-  s.root = x.root;
-  if (x.model) s.m = x.model;
-  if (x.agent && !s.agent) s.agent = x.agent;
+  if (s.f && x.model) s.f.model = x.model;
+  if (s.f && x.agent && !s.f.agent) s.f.agent = x.agent;
   return { c: x.calls, k: x.tokens, u: x.usd };
 }
 
@@ -105,7 +105,7 @@ export function addSpend(s: SessionSpend, x: SpendInput): Spend {
  * closes as recovered, by the caller).
  */
 export function landed(s: SessionSpend, fingerprint: string, ts: number): boolean {
-  const fp = fingerprint.slice(0, 16);
+  const fp = fingerprint.slice(0, 8);
   const progress = s.lf !== fp;
   s.lf = fp;
   s.ts = Math.max(s.ts, ts);
@@ -121,18 +121,86 @@ export function restart(s: SessionSpend, at: number): void {
   delete s.f;
 }
 
+/** Who a flagged stretch belongs to: its tree, its agent and model as the tree knows them. */
+export interface Owner {
+  root: string;
+  agent?: string | null;
+  model?: string | null;
+}
+
 /**
  * A detector flagged the session. Opens the stretch's flag (true), or raises an open
  * one to looping (false).
  */
-export function flag(s: SessionSpend, det: string, rule: string | null, lvl: VerdictLevel, mode: string): boolean {
+export function flag(
+  s: SessionSpend,
+  det: string,
+  rule: string | null,
+  lvl: VerdictLevel,
+  mode: string,
+  who: Owner,
+): boolean {
   const level = lvl === 'looping' ? 'looping' : 'stalling';
   if (s.f) {
     if (level === 'looping') s.f.lvl = 'looping';
     return false;
   }
-  s.f = { at: Math.max(s.ts, s.t0), c: s.c, k: s.k, u: s.u, det, rule, lvl: level, mode };
+  s.f = {
+    at: Math.max(s.ts, s.t0),
+    c: s.c,
+    k: s.k,
+    u: s.u,
+    det,
+    rule,
+    lvl: level,
+    mode,
+    root: who.root,
+    agent: who.agent ?? null,
+    model: who.model ?? null,
+  };
   return true;
+}
+
+// The stored form: a short array (field names would be most of it), about 60 bytes of
+// JSON for a session no detector flags. Dollars to the nano-dollar: a float sum's last
+// digits only cost bytes.
+type PackedFlag = [
+  number,
+  number,
+  number,
+  number,
+  string,
+  string | null,
+  0 | 1,
+  string,
+  string,
+  string | null,
+  string | null,
+];
+type PackedSpend = [number, number, number, number, number, number, string | 0, PackedFlag?];
+const nano = (usd: number) => Math.round(usd * 1e9) / 1e9;
+
+export function encodeSpend(s: SessionSpend): PackedSpend {
+  const out: PackedSpend = [s.t0, s.ts, s.c, s.k, nano(s.u), (s.req ? 1 : 0) | (s.mc ? 2 : 0), s.lf ?? 0];
+  const f = s.f;
+  if (f) {
+    out.push([f.at, f.c, f.k, nano(f.u), f.det, f.rule, f.lvl === 'looping' ? 1 : 0, f.mode, f.root, f.agent, f.model]);
+  }
+  return out;
+}
+
+export function decodeSpend(p: unknown): SessionSpend | undefined {
+  if (!Array.isArray(p) || p.length < 7) return undefined;
+  const [t0, ts, c, k, u, flags, lf, f] = p as PackedSpend;
+  const s: SessionSpend = { t0, ts, c, k, u };
+  if (flags & 1) s.req = 1;
+  if (flags & 2) s.mc = 1;
+  if (lf) s.lf = lf;
+  if (Array.isArray(f)) {
+    const [at, fc, fk, fu, det, rule, looping, mode, root, agent, model] = f;
+    s.f = { at, c: fc, k: fk, u: fu, det, rule, lvl: looping ? 'looping' : 'stalling', mode, root, agent, model };
+  }
+  return s;
 }
 
 /** A stretch as the ledger reports it. Minutes are rounded to 0.1. */
@@ -170,7 +238,6 @@ export function stretchOf(
   s: SessionSpend,
   outcome: Outcome | 'open',
   at: number | null,
-  agent?: string,
 ): Stretch | undefined {
   const f = s.f;
   if (!f) return undefined;
@@ -179,9 +246,9 @@ export function stretchOf(
   const total = { calls: s.c, tokens: s.k, usd: cents(s.u), minutes: min(end - s.t0) };
   return {
     session: id,
-    root: s.root,
-    agent: s.agent ?? agent ?? null,
-    model: s.m ?? null,
+    root: f.root,
+    agent: f.agent,
+    model: f.model,
     detector: f.det,
     rule: f.rule,
     level: f.lvl,
@@ -209,9 +276,9 @@ type Packed = [
   0 | 1, // looping
   string, // mode
   Outcome,
-  number, // start
-  number, // flagged_at
-  number, // closed_at
+  number, // start (epoch ms)
+  number, // flagged_at - start (s)
+  number, // closed_at - flagged_at (s)
   number, // calls
   number, // tokens
   number, // usd
@@ -233,8 +300,9 @@ export function pack(x: Stretch): Packed {
     x.mode,
     x.outcome === 'open' ? 'ended' : x.outcome,
     x.start,
-    x.flagged_at,
-    x.closed_at ?? x.start,
+    // Offsets in seconds: shorter than two more epochs.
+    Math.round((x.flagged_at - x.start) / 1000),
+    Math.round(((x.closed_at ?? x.flagged_at) - x.flagged_at) / 1000),
     x.calls,
     x.tokens,
     x.usd,
@@ -246,7 +314,9 @@ export function pack(x: Stretch): Packed {
 
 export function unpack(p: unknown): Stretch | undefined {
   if (!Array.isArray(p) || p[0] !== 1 || p.length < 19) return undefined;
-  const [, session, root, agent, model, detector, rule, looping, mode, outcome, start, flagged, closed] = p;
+  const [, session, root, agent, model, detector, rule, looping, mode, outcome, start, toFlag, toClose] = p;
+  const flagged = start + toFlag * 1000;
+  const closed = flagged + toClose * 1000;
   const [calls, tokens, usd, fc, fk, fu] = p.slice(13) as number[];
   const acted = outcome === 'acted' || outcome === 'budget';
   const total = { calls, tokens, usd, minutes: min(closed - start) };

@@ -16,7 +16,12 @@ afterAll(async () => {
   for (const p of prefixes) await flushPrefix(p);
 });
 
-async function vigilOn(backend: 'memory' | 'redis', mode = 'warn', money: Record<string, unknown> = {}, prefix?: string) {
+async function vigilOn(
+  backend: 'memory' | 'redis',
+  mode = 'warn',
+  money: Record<string, unknown> = {},
+  prefix?: string,
+) {
   const p = prefix ?? testPrefix();
   if (backend === 'redis') prefixes.push(p);
   const clock = new FakeClock(T0);
@@ -97,7 +102,9 @@ describe.each(backends())('the ledger (%s)', (backend) => {
       expect(await metric(v, 'vigil_ledger_usd_total', byOutcome)).toBeCloseTo(0.1, 9);
       expect(await metric(v, 'vigil_spend_usd_total', { model: 'prov/model-a' })).toBeCloseTo(0.1, 9);
       expect(await metric(v, 'vigil_ledger_open_stretches', {})).toBe(0);
-      expect(await v.metrics.registry.metrics()).toContain('vigil_ledger_calls_total{model="prov/model-a",outcome="ended"} 10');
+      expect(await v.metrics.registry.metrics()).toContain(
+        'vigil_ledger_calls_total{model="prov/model-a",outcome="ended"} 10',
+      );
     } finally {
       await v.close();
     }

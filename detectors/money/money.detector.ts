@@ -38,6 +38,9 @@ import { dayOf, dayStart, lastDays, nextDayAt } from './day.ts';
 import { F, M_TTL, mKeys } from './keys.ts';
 import {
   addSpend,
+  decodeSpend,
+  encodeSpend,
+  type Flag,
   flag,
   type LedgerSummary,
   landed,
@@ -78,7 +81,7 @@ type OpenMap = Record<string, OpenEntry>;
 export interface MoneyDeps {
   store: Store;
   clock: Clock;
-  tree: Pick<SessionTree, 'meta'>;
+  tree: Pick<SessionTree, 'meta' | 'infoNow' | 'rootOf'>;
   mode: ModeInfo;
   metrics: Metrics;
   logger: Logger;
@@ -119,7 +122,7 @@ export interface DayView {
 const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
 
 /** The model-call spend a router's record reports. */
-export function recordSpend(r: RequestRecord, root: string): SpendInput {
+export function recordSpend(r: RequestRecord): SpendInput {
   return {
     kind: 'request',
     calls: 1,
@@ -128,7 +131,6 @@ export function recordSpend(r: RequestRecord, root: string): SpendInput {
     ts: r.ts,
     model: r.model,
     agent: r.agent,
-    root,
   };
 }
 
@@ -151,13 +153,25 @@ export class MoneyDetector implements Detector {
     return this.d.store;
   }
 
+  /** Read-modify-write of a session's spend (stored packed); `fn` may run again on a conflict. */
+  private mutate<R>(id: string, fn: (st: SessionSpend | undefined) => { st?: SessionSpend; result: R }): Promise<R> {
+    return this.store.update<unknown, R>(mKeys.session(id), (cur) => {
+      const r = fn(decodeSpend(cur));
+      return { value: r.st ? encodeSpend(r.st) : cur, result: r.result, ttlMs: M_TTL.session };
+    });
+  }
+
+  private async spendOf(id: string): Promise<SessionSpend | undefined> {
+    return decodeSpend(await this.store.get<unknown>(mKeys.session(id)));
+  }
+
   // -------------------------------------------------------------------------
   // inputs: spend
 
   onRequest(r: RequestRecord, s: SessionInfo): Promise<readonly Transition[]> {
     this.reportsRequests.set(r.session_id, true);
     this.reportsCalls.set(r.session_id, true);
-    return this.spend(r.session_id, s, recordSpend(r, s.root));
+    return this.spend(r.session_id, s, recordSpend(r));
   }
 
   onProgress(ev: ProgressEvent, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
@@ -172,41 +186,31 @@ export class MoneyDetector implements Detector {
         ts: ev.ts,
         model: ev.model,
         agent: ev.agent,
-        root: s.root,
       });
     }
     if (ev.kind !== 'tool') return NONE;
-    if (ev.landed) return this.landedCall(ev, s);
+    if (ev.landed) return this.landedCall(ev);
     // Most tool calls cost nothing here: their session reports its model calls.
     if (this.reportsCalls.has(ev.session_id)) return NONE;
-    return this.spend(ev.session_id, s, {
-      kind: 'tool',
-      calls: 1,
-      tokens: 0,
-      usd: 0,
-      ts: ev.ts,
-      agent: ev.agent,
-      root: s.root,
-    });
+    return this.spend(ev.session_id, s, { kind: 'tool', calls: 1, tokens: 0, usd: 0, ts: ev.ts, agent: ev.agent });
   }
 
   private async spend(id: string, s: SessionInfo, x: SpendInput): Promise<readonly Transition[]> {
     const k = this.d.knobs();
-    const r = await this.store.update<SessionSpend, { st: SessionSpend; c: number; k: number; u: number }>(
-      mKeys.session(id),
-      (cur) => {
-        const st = cur ?? newSessionSpend(s.root, x.ts);
-        const added = addSpend(st, x);
-        return { value: st, result: { st, ...added }, ttlMs: M_TTL.session };
-      },
-    );
-    if (r.st.mc) this.reportsCalls.set(id, true);
-    if (r.st.req) this.reportsRequests.set(id, true);
+    const r = await this.mutate(id, (cur) => {
+      const st = cur ?? newSessionSpend(x.ts);
+      const added = addSpend(st, x);
+      const flagged = st.f ? { model: st.f.model, agent: st.f.agent } : undefined;
+      return { st, result: { ...added, req: st.req, mc: st.mc, flagged } };
+    });
+    if (r.mc) this.reportsCalls.set(id, true);
+    if (r.req) this.reportsRequests.set(id, true);
     if (r.c === 0 && r.k === 0 && r.u === 0) return NONE;
     const now = this.d.clock.now();
     const day = dayOf(now, k.timezone);
-    const model = x.model ?? r.st.m ?? 'unknown';
-    const agent = r.st.agent ?? x.agent ?? (await this.d.tree.meta(id))?.agent;
+    const meta = x.model && x.agent ? undefined : await this.d.tree.meta(id);
+    const model = x.model ?? r.flagged?.model ?? meta?.models.at(-1) ?? 'unknown';
+    const agent = x.agent ?? r.flagged?.agent ?? meta?.agent;
     const deltas: Record<string, number> = {
       [F.usd]: r.u,
       [F.tokens]: r.k,
@@ -219,15 +223,18 @@ export class MoneyDetector implements Detector {
       deltas[F.agent(agent, F.usd)] = r.u;
       deltas[F.agent(agent, F.tokens)] = r.k;
     }
-    if (r.st.f) addLoop(deltas, model, r);
+    if (r.flagged) addLoop(deltas, model, r);
     const [dt, tt] = await Promise.all([
       this.store.incr(mKeys.day(day), deltas, k.retention + DAY),
+      // A tree's own counters only while a tree ceiling is set (one key per tree and day).
       // The zero adds read back where a Resume rebased the tree, in the same step.
-      this.store.incr(
-        mKeys.tree(day, s.root),
-        { [F.usd]: r.u, [F.tokens]: r.k, [F.calls]: r.c, [F.resumedUsd]: 0, [F.resumedTokens]: 0, [F.exempt]: 0 },
-        M_TTL.tree,
-      ),
+      hasCeiling(k.budgets.tree)
+        ? this.store.incr(
+            mKeys.tree(day, s.root),
+            { [F.usd]: r.u, [F.tokens]: r.k, [F.calls]: r.c, [F.resumedUsd]: 0, [F.resumedTokens]: 0, [F.exempt]: 0 },
+            M_TTL.tree,
+          )
+        : this.treeExemption(day, s.root, k),
     ]);
     this.c.spendUsd.inc({ model }, r.u);
     this.c.spendTokens.inc({ model }, r.k);
@@ -242,14 +249,20 @@ export class MoneyDetector implements Detector {
     return out;
   }
 
+  /** Without a tree ceiling only a Resume's exemption from the shared ceilings is read (when any is set). */
+  private async treeExemption(day: string, root: string, k: MoneyOptions): Promise<Record<string, number>> {
+    if (!anyBudget(k.budgets)) return {};
+    return this.store.counts(mKeys.tree(day, root), [F.exempt]);
+  }
+
   /** A landed call: unless it repeats the last landing, the session made progress. */
-  private async landedCall(ev: ToolEvent, s: SessionInfo): Promise<readonly Transition[]> {
-    const r = await this.store.update<SessionSpend, Stretch | null>(mKeys.session(ev.session_id), (cur) => {
-      const st = cur ?? newSessionSpend(s.root, ev.ts);
-      if (!landed(st, ev.fingerprint, ev.ts)) return { value: st, result: null, ttlMs: M_TTL.session };
+  private async landedCall(ev: ToolEvent): Promise<readonly Transition[]> {
+    const r = await this.mutate<Stretch | null>(ev.session_id, (cur) => {
+      const st = cur ?? newSessionSpend(ev.ts);
+      if (!landed(st, ev.fingerprint, ev.ts)) return { st, result: null };
       const closed = stretchOf(ev.session_id, st, 'recovered', st.ts) ?? null;
       restart(st, ev.ts);
-      return { value: st, result: closed, ttlMs: M_TTL.session };
+      return { st, result: closed };
     });
     if (r) await this.finish([r], []);
     return NONE;
@@ -278,30 +291,26 @@ export class MoneyDetector implements Detector {
       const flagging =
         mine && ev.from === 'ok' && ev.to !== 'ok' && ev.severity !== 'info' && k.detectors.includes(ev.detector);
       if (!open[id] && !flagging) continue;
-      const r = await this.store.update<SessionSpend, { opened?: SessionSpend; closed?: Stretch }>(
-        mKeys.session(id),
-        (cur) => {
-          if (!cur && !flagging) return { value: cur, result: {} };
-          const st = cur ?? newSessionSpend(tree.root, now);
-          const res: { opened?: SessionSpend; closed?: Stretch } = {};
-          if (flagging && flag(st, ev.detector, ev.rule, ev.to, mode)) {
-            // The tree knows the agent even when no request record named it.
-            if (!st.agent && ev.agent) st.agent = ev.agent;
-            res.opened = { ...st };
-          }
-          // Raised to looping while open.
-          else if (mine && st.f && st.f.det === ev.detector && ev.to === 'looping') st.f.lvl = 'looping';
-          if (mine && ev.to === 'ok' && st.f?.det === ev.detector) {
-            res.closed = stretchOf(id, st, 'recovered', st.ts);
-            restart(st, st.ts);
-          } else if (st.f && actedOn(id, ev, tree, acts)) {
-            const at = Math.max(st.ts, st.f.at);
-            res.closed = stretchOf(id, st, 'acted', at);
-            restart(st, at);
-          }
-          return { value: st, result: res, ttlMs: M_TTL.session };
-        },
-      );
+      // Who it belongs to, as the tree knows it (no request record may have named the agent).
+      const meta = flagging ? await this.d.tree.meta(id) : undefined;
+      const who = { root: tree.root, agent: (mine && ev.agent) || meta?.agent, model: meta?.models.at(-1) };
+      const r = await this.mutate<{ opened?: Flag; closed?: Stretch }>(id, (cur) => {
+        if (!cur && !flagging) return { result: {} };
+        const st = cur ?? newSessionSpend(now);
+        const res: { opened?: Flag; closed?: Stretch } = {};
+        if (flagging && flag(st, ev.detector, ev.rule, ev.to, mode, who)) res.opened = { ...(st.f as Flag) };
+        // Raised to looping while open.
+        else if (mine && st.f && st.f.det === ev.detector && ev.to === 'looping') st.f.lvl = 'looping';
+        if (mine && ev.to === 'ok' && st.f?.det === ev.detector) {
+          res.closed = stretchOf(id, st, 'recovered', st.ts);
+          restart(st, st.ts);
+        } else if (st.f && actedOn(id, ev, tree, acts)) {
+          const at = Math.max(st.ts, st.f.at);
+          res.closed = stretchOf(id, st, 'acted', at);
+          restart(st, at);
+        }
+        return { st, result: res };
+      });
       if (r.opened) {
         opened.push([id, { root: r.opened.root, ...(r.opened.agent ? { agent: r.opened.agent } : {}), at: now }]);
         await this.loopSpend(r.opened, now);
@@ -313,11 +322,11 @@ export class MoneyDetector implements Detector {
   }
 
   /** The spend of a stretch up to its flag joins the day's spend in loops. */
-  private async loopSpend(st: SessionSpend, now: number): Promise<void> {
-    if (!st.f || (!st.f.c && !st.f.k && !st.f.u)) return;
+  private async loopSpend(f: Flag, now: number): Promise<void> {
+    if (!f.c && !f.k && !f.u) return;
     const k = this.d.knobs();
     const deltas: Record<string, number> = {};
-    addLoop(deltas, st.m ?? 'unknown', { c: st.f.c, k: st.f.k, u: st.f.u });
+    addLoop(deltas, f.model ?? 'unknown', f);
     await this.store.incr(mKeys.day(dayOf(now, k.timezone)), deltas, k.retention + DAY);
   }
 
@@ -365,12 +374,12 @@ export class MoneyDetector implements Detector {
 
   /** Closes a session's open stretch (if it still has one) at the time `at` picks. */
   private closeSession(id: string, outcome: Outcome, at: (st: SessionSpend) => number): Promise<Stretch | null> {
-    return this.store.update<SessionSpend, Stretch | null>(mKeys.session(id), (cur) => {
-      if (!cur?.f) return { value: cur, result: null, ttlMs: M_TTL.session };
+    return this.mutate<Stretch | null>(id, (cur) => {
+      if (!cur?.f) return { result: null };
       const when = at(cur);
       const x = stretchOf(id, cur, outcome, when) ?? null;
       restart(cur, when);
-      return { value: cur, result: x, ttlMs: M_TTL.session };
+      return { st: cur, result: x };
     });
   }
 
@@ -400,13 +409,13 @@ export class MoneyDetector implements Detector {
     for (const [id, e] of Object.entries(open)) {
       if (now - e.at < k.idle_close) continue;
       const seen = (await this.d.tree.meta(id))?.last_seen ?? 0;
-      const x = await this.store.update<SessionSpend, Stretch | null | 'gone'>(mKeys.session(id), (cur) => {
-        if (!cur?.f) return { value: cur, result: 'gone', ttlMs: M_TTL.session };
+      const x = await this.mutate<Stretch | null | 'gone'>(id, (cur) => {
+        if (!cur?.f) return { result: 'gone' };
         const last = Math.max(cur.ts, seen);
-        if (now - last < k.idle_close) return { value: cur, result: null, ttlMs: M_TTL.session };
+        if (now - last < k.idle_close) return { result: null };
         const s = stretchOf(id, cur, 'ended', last) ?? null;
         restart(cur, last);
-        return { value: cur, result: s, ttlMs: M_TTL.session };
+        return { st: cur, result: s };
       });
       // Closed already (by another instance, or a forgotten session): only the index entry is left.
       if (x === 'gone') stale.push(id);
@@ -530,7 +539,7 @@ export class MoneyDetector implements Detector {
 
   /** Beside each session: what its open stretch has cost, and where its budgets stand today. */
   async session(id: string): Promise<SessionReadout | undefined> {
-    const st = await this.store.get<SessionSpend>(mKeys.session(id));
+    const st = await this.spendOf(id);
     if (!st) return undefined;
     const k = this.d.knobs();
     const fields: Record<string, string | number | null> = {
@@ -539,9 +548,10 @@ export class MoneyDetector implements Detector {
     };
     if (anyBudget(k.budgets)) {
       const day = dayOf(this.d.clock.now(), k.timezone);
-      const agent = st.agent ?? (await this.d.tree.meta(id))?.agent;
-      const { dt, tt } = await this.counters(day, st.root, agent);
-      const list = standings(st.root, agent, dt, tt, k);
+      const agent = st.f?.agent ?? (await this.d.tree.meta(id))?.agent;
+      const root = this.d.tree.infoNow(id)?.root ?? (await this.d.tree.rootOf(id));
+      const { dt, tt } = await this.counters(day, root, agent);
+      const list = standings(root, agent, dt, tt, k);
       const worst = list.sort((a, b) => b[1].share - a[1].share)[0];
       if (worst) {
         const [scope, s, refusable] = worst;
@@ -586,7 +596,7 @@ export class MoneyDetector implements Detector {
     }
     const open: Stretch[] = [];
     for (const id of Object.keys((await this.store.get<OpenMap>(mKeys.open)) ?? {})) {
-      const st = await this.store.get<SessionSpend>(mKeys.session(id));
+      const st = await this.spendOf(id);
       const x = st && stretchOf(id, st, 'open', null);
       if (x && x.flagged_at >= from) open.push(x);
     }
