@@ -1,4 +1,6 @@
+import type { Transition } from '../../core/contracts.ts';
 import type { VerdictLevel } from '../../core/wire.ts';
+import { F, TYPE } from './keys.ts';
 import type { CeilingOptions, MoneyOptions } from './options.ts';
 
 // Budgets, the pure part: where one day's spend stands against a ceiling. Three scopes,
@@ -74,4 +76,73 @@ export function scopeLabel(s: Scope): string {
 export function budgetLine(s: Scope, st: Standing, day: string): string {
   const what = st.level === 'over' ? 'over its ceiling' : 'near its ceiling';
   return `budget: ${scopeLabel(s)} ${what} on ${day}: ${amount(st)}`.slice(0, 300);
+}
+
+/** Each budget scope with a ceiling: where it stands, and whether its refusal applies to the tree. */
+export function standings(
+  root: string,
+  agent: string | undefined,
+  dt: Record<string, number>,
+  tt: Record<string, number>,
+  k: MoneyOptions,
+): [Scope, Standing, boolean][] {
+  const b = k.budgets;
+  const n = (r: Record<string, number>, f: string) => r[f] ?? 0;
+  // A resumed tree: counted afresh, and past the shared ceilings for the rest of the day.
+  const exempt = n(tt, F.exempt) >= 1;
+  const out: [Scope, Standing, boolean][] = [];
+  if (hasCeiling(b.tree)) {
+    const u = { usd: n(tt, F.usd) - n(tt, F.resumedUsd), tokens: n(tt, F.tokens) - n(tt, F.resumedTokens) };
+    out.push([{ kind: 'tree', id: root }, standing(u, b.tree, b.warn_at), true]);
+  }
+  if (agent && hasCeiling(b.agent)) {
+    const u = { usd: n(dt, F.agent(agent, F.usd)), tokens: n(dt, F.agent(agent, F.tokens)) };
+    out.push([{ kind: 'agent', id: agent }, standing(u, b.agent, b.warn_at), !exempt]);
+  }
+  if (hasCeiling(b.total)) {
+    out.push([
+      { kind: 'total' },
+      standing({ usd: n(dt, F.usd), tokens: n(dt, F.tokens) }, b.total, b.warn_at),
+      !exempt,
+    ]);
+  }
+  return out;
+}
+
+export function budgetTransition(
+  scope: Scope,
+  from: BudgetLevel,
+  to: BudgetLevel,
+  reason: string,
+  day: string,
+): Transition {
+  const key = scopeKey(scope);
+  return {
+    detector: TYPE,
+    subject: { kind: 'global', id: `budget:${key}` },
+    from: VERDICT_OF[from],
+    to: VERDICT_OF[to],
+    rule: to === 'ok' ? null : 'budget',
+    reason,
+    source: TYPE,
+    ...(to === 'ok' ? {} : { severity: to === 'over' ? 'critical' : 'warning' }),
+    dedup_key: `money:budget:${key}`,
+    title: `budget ${to === 'over' ? 'ceiling reached' : to === 'warning' ? 'warning' : 'clear'}: ${scopeLabel(scope)}`,
+    report: `${reason}\nday: ${day}\nscope: ${scopeLabel(scope)}`,
+    act: false,
+  };
+}
+
+export function scopeOf(key: string): Scope {
+  if (key === 'total') return { kind: 'total' };
+  const cut = key.indexOf(':');
+  return { kind: key.slice(0, cut) as 'tree' | 'agent', id: key.slice(cut + 1) };
+}
+
+export function amountShort(s: Standing): string {
+  if (s.by === null || s.ceiling === null) return '-';
+  const pct = `${Math.floor(s.share * 100)}%`;
+  return s.by === 'usd'
+    ? `$${s.used.toFixed(2)}/$${s.ceiling.toFixed(2)} ${pct}`
+    : `${Math.round(s.used / 1000)}k/${Math.round(s.ceiling / 1000)}k tok ${pct}`;
 }

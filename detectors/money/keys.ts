@@ -8,7 +8,11 @@ import { keys, TTL } from '../../core/store/keys.ts';
 //   t:<day>:<root>       a tree's counters that day, and where a Resume rebased them
 //   b:<day>              the budget incidents raised that day: scope -> level (JSON, CAS)
 //   b:<day>:resolved     set once that day's incidents were resolved (one instance does it)
-const NS = keys.plugin('money');
+export const TYPE = 'money';
+const NS = keys.plugin(TYPE);
+
+/** The open stretches: session -> its tree, agent, and when it was flagged (clock time). */
+export type OpenMap = Record<string, { root: string; agent?: string; at: number }>;
 
 export const mKeys = {
   session: (id: string) => `${NS}s:${id}`,

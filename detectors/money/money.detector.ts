@@ -1,4 +1,3 @@
-import { Counter, Gauge } from 'prom-client';
 import { z } from 'zod';
 import type { Clock } from '../../core/clock.ts';
 import type {
@@ -22,27 +21,28 @@ import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
 import type { ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
 import {
+  amountShort,
   anyBudget,
   type BudgetLevel,
   budgetLine,
+  budgetTransition,
   hasCeiling,
   RANK,
   type Scope,
   type Standing,
   scopeKey,
   scopeLabel,
-  standing,
-  VERDICT_OF,
+  scopeOf,
+  standings,
 } from './budget.ts';
-import { dayOf, dayStart, lastDays, nextDayAt } from './day.ts';
-import { F, M_TTL, mKeys } from './keys.ts';
+import { dayOf, dayStart, nextDayAt } from './day.ts';
+import { F, M_TTL, mKeys, type OpenMap, TYPE } from './keys.ts';
 import {
   addSpend,
   decodeSpend,
   encodeSpend,
   type Flag,
   flag,
-  type LedgerSummary,
   landed,
   newSessionSpend,
   type Outcome,
@@ -52,10 +52,13 @@ import {
   type SpendInput,
   type Stretch,
   stretchOf,
-  summarize,
-  unpack,
 } from './ledger.ts';
+import { moneyMetrics } from './money.metrics.ts';
+import { type DayView, type LedgerView, MoneyViews } from './money.views.ts';
 import type { MoneyOptions } from './options.ts';
+
+export type { DayView, LedgerView };
+export { TYPE };
 
 // The service's shell around the ledger and budgets (ledger.ts, budget.ts): the spend of
 // every request record and sensor-reported model call is added to its session, its day
@@ -64,19 +67,11 @@ import type { MoneyOptions } from './options.ts';
 // refuses what a budget ceiling covers, in an acting mode. Every write is a
 // compare-and-set or a counter add, so instances agree. docs/money.md has the rules.
 
-export const TYPE = 'money';
 const NONE: readonly Transition[] = Object.freeze([]);
 const DAY = 86_400_000;
-/** The longest window a ledger read covers. */
-const MAX_DAYS = 400;
 const VERDICT_RANK = { ok: 0, stalling: 1, looping: 2 } as const;
 
-interface OpenEntry {
-  root: string;
-  agent?: string;
-  at: number;
-}
-type OpenMap = Record<string, OpenEntry>;
+type OpenEntry = OpenMap[string];
 
 export interface MoneyDeps {
   store: Store;
@@ -86,37 +81,6 @@ export interface MoneyDeps {
   metrics: Metrics;
   logger: Logger;
   knobs: () => MoneyOptions;
-}
-
-/** What GET /ledger answers (and `vigil report`, and the ledger replay, print). */
-export interface LedgerView {
-  since: number;
-  until: number;
-  summary: LedgerSummary;
-  /** All spend on the days the window touches, and its part in flagged stretches (day counters). */
-  spend: {
-    first_day: string;
-    last_day: string;
-    usd: number;
-    tokens: number;
-    calls: number;
-    loop_usd: number;
-    loop_tokens: number;
-  };
-  stretches: Stretch[];
-}
-
-/** One day's counters, per model (GET /ledger/days, the admin chart). */
-export interface DayView {
-  day: string;
-  start: number;
-  usd: number;
-  tokens: number;
-  calls: number;
-  loop_usd: number;
-  loop_tokens: number;
-  loop_calls: number;
-  models: Record<string, { usd: number; tokens: number; calls: number; loop_usd: number; loop_tokens: number }>;
 }
 
 const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
@@ -143,10 +107,13 @@ export class MoneyDetector implements Detector {
   private readonly raisedAt = new Lru<string, BudgetLevel>(20_000);
   private lastDay: string | undefined;
   private lastIdleCheck = Number.NEGATIVE_INFINITY;
-  private readonly c: ReturnType<typeof counters>;
+
+  private readonly c: ReturnType<typeof moneyMetrics>;
+  private readonly views: MoneyViews;
 
   constructor(private readonly d: MoneyDeps) {
-    this.c = counters(d.metrics, () => this.openCount());
+    this.c = moneyMetrics(d.metrics, () => this.openCount());
+    this.views = new MoneyViews(d);
   }
 
   private get store(): Store {
@@ -580,116 +547,6 @@ export class MoneyDetector implements Detector {
     return Object.keys((await this.store.get<OpenMap>(mKeys.open)) ?? {}).length;
   }
 
-  /** The stretches flagged since `since` (closed and open, oldest first), their summary and the days' spend. */
-  async ledger(since: number, limit = 1_000): Promise<LedgerView> {
-    const k = this.d.knobs();
-    const now = this.d.clock.now();
-    // Days are read one by one: at most MAX_DAYS of them.
-    const from = Math.max(since, now - k.retention, now - MAX_DAYS * DAY);
-    const days = daysBetween(from, now, k.timezone);
-    const closed: Stretch[] = [];
-    for (const d of days) {
-      for (const p of await this.store.list<unknown>(mKeys.stretches(d), k.max_stretches_per_day)) {
-        const x = unpack(p);
-        if (x && x.flagged_at >= from) closed.push(x);
-      }
-    }
-    const open: Stretch[] = [];
-    for (const id of Object.keys((await this.store.get<OpenMap>(mKeys.open)) ?? {})) {
-      const st = await this.spendOf(id);
-      const x = st && stretchOf(id, st, 'open', null);
-      if (x && x.flagged_at >= from) open.push(x);
-    }
-    const all = [...closed, ...open].sort((a, b) => a.flagged_at - b.flagged_at || a.session.localeCompare(b.session));
-    const spend = {
-      first_day: days[0],
-      last_day: days[days.length - 1],
-      usd: 0,
-      tokens: 0,
-      calls: 0,
-      loop_usd: 0,
-      loop_tokens: 0,
-    };
-    for (const d of days) {
-      const c = await this.store.counts(mKeys.day(d), [F.usd, F.tokens, F.calls, F.loopUsd, F.loopTokens]);
-      spend.usd += c[F.usd];
-      spend.tokens += c[F.tokens];
-      spend.calls += c[F.calls];
-      spend.loop_usd += c[F.loopUsd];
-      spend.loop_tokens += c[F.loopTokens];
-    }
-    spend.usd = round6(spend.usd);
-    spend.loop_usd = round6(spend.loop_usd);
-    return { since: from, until: now, summary: summarize(all), spend, stretches: all.slice(-limit) };
-  }
-
-  /** The last `n` days' counters, oldest first. */
-  async days(n: number): Promise<DayView[]> {
-    const k = this.d.knobs();
-    const out: DayView[] = [];
-    for (const day of lastDays(this.d.clock.now(), n, k.timezone)) {
-      const c = await this.store.counts(mKeys.day(day));
-      const models: DayView['models'] = {};
-      for (const [f, v] of Object.entries(c)) {
-        if (!f.startsWith('m|')) continue;
-        const cut = f.lastIndexOf('|');
-        const name = f.slice(2, cut);
-        models[name] ??= { usd: 0, tokens: 0, calls: 0, loop_usd: 0, loop_tokens: 0 };
-        const m = models[name];
-        const what = f.slice(cut + 1);
-        if (what === F.usd) m.usd = round6(v);
-        else if (what === F.tokens) m.tokens = v;
-        else if (what === F.calls) m.calls = v;
-        else if (what === F.loopUsd) m.loop_usd = round6(v);
-        else if (what === F.loopTokens) m.loop_tokens = v;
-      }
-      out.push({
-        day,
-        start: dayStart(day, k.timezone),
-        usd: round6(c[F.usd] ?? 0),
-        tokens: c[F.tokens] ?? 0,
-        calls: c[F.calls] ?? 0,
-        loop_usd: round6(c[F.loopUsd] ?? 0),
-        loop_tokens: c[F.loopTokens] ?? 0,
-        loop_calls: c[F.loopCalls] ?? 0,
-        models,
-      });
-    }
-    return out;
-  }
-
-  /** Today's budgets: the ceilings, all spend and each agent's, and the incidents raised. */
-  async budgets(): Promise<Record<string, unknown>> {
-    const k = this.d.knobs();
-    const now = this.d.clock.now();
-    const day = dayOf(now, k.timezone);
-    const c = await this.store.counts(mKeys.day(day));
-    const agents: Record<string, { usd: number; prompt_tokens: number; level: BudgetLevel }> = {};
-    for (const [f, v] of Object.entries(c)) {
-      if (!f.startsWith('a|')) continue;
-      const cut = f.lastIndexOf('|');
-      const name = f.slice(2, cut);
-      agents[name] ??= { usd: 0, prompt_tokens: 0, level: 'ok' };
-      const a = agents[name];
-      if (f.slice(cut + 1) === F.usd) a.usd = round6(v);
-      else a.prompt_tokens = v;
-    }
-    for (const a of Object.values(agents))
-      a.level = standing({ usd: a.usd, tokens: a.prompt_tokens }, k.budgets.agent, k.budgets.warn_at).level;
-    const total = { usd: round6(c[F.usd] ?? 0), prompt_tokens: c[F.tokens] ?? 0 };
-    return {
-      day,
-      next_day_at: new Date(nextDayAt(now, k.timezone)).toISOString(),
-      ceilings: k.budgets,
-      total: {
-        ...total,
-        level: standing({ usd: total.usd, tokens: total.prompt_tokens }, k.budgets.total, k.budgets.warn_at).level,
-      },
-      agents,
-      raised: (await this.store.get<Record<string, BudgetLevel>>(mKeys.raised(day))) ?? {},
-    };
-  }
-
   async health(): Promise<Record<string, unknown>> {
     const k = this.d.knobs();
     const day = dayOf(this.d.clock.now(), k.timezone);
@@ -705,87 +562,20 @@ export class MoneyDetector implements Detector {
     };
   }
 
-  /** The admin page: spend per day and model (a chart), open stretches, today's budgets. */
-  async panels(): Promise<Panel[]> {
-    const k = this.d.knobs();
-    const days = await this.days(14);
-    const models = [...new Set(days.flatMap((d) => Object.keys(d.models)))].sort();
-    const spend: Panel = {
-      title: `Spend per day and model, in flagged stretches and in total (last ${days.length} days)`,
-      columns: [
-        { key: 'day', label: 'day' },
-        { key: 'model', label: 'model' },
-        { key: 'usd', label: '$ total' },
-        { key: 'loop_usd', label: '$ in loops' },
-        { key: 'share', label: 'share in loops' },
-        { key: 'calls', label: 'calls' },
-        { key: 'tokens', label: 'prompt tokens' },
-      ],
-      rows: days.flatMap((d) =>
-        Object.entries(d.models).map(([model, m]) => ({
-          day: d.day,
-          model,
-          usd: m.usd,
-          loop_usd: m.loop_usd,
-          share: m.usd > 0 ? `${Math.round((m.loop_usd / m.usd) * 100)}%` : null,
-          calls: m.calls,
-          tokens: m.tokens,
-        })),
-      ),
-      chart: {
-        x: days.map((d) => d.start),
-        unit: 'usd',
-        series: models.flatMap((m) => [
-          { label: `${m}: total`, group: m, values: days.map((d) => d.models[m]?.usd ?? 0) },
-          { label: `${m}: in loops`, group: m, dashed: true, values: days.map((d) => d.models[m]?.loop_usd ?? 0) },
-        ]),
-      },
-    };
-    const view = await this.ledger(0, 50);
-    const open: Panel = {
-      title: 'Open flagged stretches (spend so far)',
-      columns: [
-        { key: 'session', label: 'session' },
-        { key: 'agent', label: 'agent' },
-        { key: 'model', label: 'model' },
-        { key: 'level', label: 'level' },
-        { key: 'calls', label: 'calls' },
-        { key: 'usd', label: '$' },
-        { key: 'calls_to_flag', label: 'calls to flag' },
-        { key: 'flagged_at', label: 'flagged' },
-      ],
-      rows: view.stretches
-        .filter((x) => x.outcome === 'open')
-        .map((x) => ({
-          session: x.session,
-          agent: x.agent,
-          model: x.model,
-          level: x.level,
-          calls: x.calls,
-          usd: x.usd,
-          calls_to_flag: x.to_flag.calls,
-          flagged_at: new Date(x.flagged_at).toISOString(),
-        })),
-    };
-    const out = [spend, open];
-    if (anyBudget(k.budgets)) {
-      const b = await this.budgets();
-      const rows = [
-        { scope: 'all spend', ...(b.total as object) },
-        ...Object.entries(b.agents as Record<string, object>).map(([a, v]) => ({ scope: `agent ${a}`, ...v })),
-      ];
-      out.push({
-        title: `Budgets on ${b.day} (ceilings: tree ${ceilingText(k.budgets.tree)}, agent ${ceilingText(k.budgets.agent)}, all ${ceilingText(k.budgets.total)})`,
-        columns: [
-          { key: 'scope', label: 'scope' },
-          { key: 'usd', label: '$ today' },
-          { key: 'prompt_tokens', label: 'prompt tokens today' },
-          { key: 'level', label: 'level' },
-        ],
-        rows,
-      });
-    }
-    return out;
+  ledger(since: number, limit?: number): Promise<LedgerView> {
+    return this.views.ledger(since, limit);
+  }
+
+  days(n: number): Promise<DayView[]> {
+    return this.views.days(n);
+  }
+
+  budgets(): Promise<Record<string, unknown>> {
+    return this.views.budgets();
+  }
+
+  panels(): Promise<Panel[]> {
+    return this.views.panels();
   }
 
   routes(): PluginRoute[] {
@@ -818,37 +608,6 @@ export class MoneyDetector implements Detector {
   }
 }
 
-/** Each budget scope with a ceiling: where it stands, and whether its refusal applies to the tree. */
-function standings(
-  root: string,
-  agent: string | undefined,
-  dt: Record<string, number>,
-  tt: Record<string, number>,
-  k: MoneyOptions,
-): [Scope, Standing, boolean][] {
-  const b = k.budgets;
-  const n = (r: Record<string, number>, f: string) => r[f] ?? 0;
-  // A resumed tree: counted afresh, and past the shared ceilings for the rest of the day.
-  const exempt = n(tt, F.exempt) >= 1;
-  const out: [Scope, Standing, boolean][] = [];
-  if (hasCeiling(b.tree)) {
-    const u = { usd: n(tt, F.usd) - n(tt, F.resumedUsd), tokens: n(tt, F.tokens) - n(tt, F.resumedTokens) };
-    out.push([{ kind: 'tree', id: root }, standing(u, b.tree, b.warn_at), true]);
-  }
-  if (agent && hasCeiling(b.agent)) {
-    const u = { usd: n(dt, F.agent(agent, F.usd)), tokens: n(dt, F.agent(agent, F.tokens)) };
-    out.push([{ kind: 'agent', id: agent }, standing(u, b.agent, b.warn_at), !exempt]);
-  }
-  if (hasCeiling(b.total)) {
-    out.push([
-      { kind: 'total' },
-      standing({ usd: n(dt, F.usd), tokens: n(dt, F.tokens) }, b.total, b.warn_at),
-      !exempt,
-    ]);
-  }
-  return out;
-}
-
 function addLoop(deltas: Record<string, number>, model: string, s: { c: number; k: number; u: number }): void {
   deltas[F.loopUsd] = (deltas[F.loopUsd] ?? 0) + s.u;
   deltas[F.loopTokens] = (deltas[F.loopTokens] ?? 0) + s.k;
@@ -868,128 +627,4 @@ function actedOn(id: string, ev: ModeEvent, tree: TreeState, acts: boolean): boo
     ev.to !== 'ok' &&
     VERDICT_RANK[ev.to] > VERDICT_RANK[ev.from]
   );
-}
-
-function budgetTransition(scope: Scope, from: BudgetLevel, to: BudgetLevel, reason: string, day: string): Transition {
-  const key = scopeKey(scope);
-  return {
-    detector: TYPE,
-    subject: { kind: 'global', id: `budget:${key}` },
-    from: VERDICT_OF[from],
-    to: VERDICT_OF[to],
-    rule: to === 'ok' ? null : 'budget',
-    reason,
-    source: TYPE,
-    ...(to === 'ok' ? {} : { severity: to === 'over' ? 'critical' : 'warning' }),
-    dedup_key: `money:budget:${key}`,
-    title: `budget ${to === 'over' ? 'ceiling reached' : to === 'warning' ? 'warning' : 'clear'}: ${scopeLabel(scope)}`,
-    report: `${reason}\nday: ${day}\nscope: ${scopeLabel(scope)}`,
-    act: false,
-  };
-}
-
-function scopeOf(key: string): Scope {
-  if (key === 'total') return { kind: 'total' };
-  const cut = key.indexOf(':');
-  return { kind: key.slice(0, cut) as 'tree' | 'agent', id: key.slice(cut + 1) };
-}
-
-function amountShort(s: Standing): string {
-  if (s.by === null || s.ceiling === null) return '-';
-  const pct = `${Math.floor(s.share * 100)}%`;
-  return s.by === 'usd'
-    ? `$${s.used.toFixed(2)}/$${s.ceiling.toFixed(2)} ${pct}`
-    : `${Math.round(s.used / 1000)}k/${Math.round(s.ceiling / 1000)}k tok ${pct}`;
-}
-
-function ceilingText(c: MoneyOptions['budgets']['tree']): string {
-  const parts = [c.usd !== null ? `$${c.usd}` : '', c.prompt_tokens !== null ? `${c.prompt_tokens} tok` : ''];
-  return parts.filter(Boolean).join(' + ') || 'none';
-}
-
-/** Day keys from the day of `from` to the day of `to`, in order. */
-function daysBetween(from: number, to: number, tz: string): string[] {
-  const out: string[] = [];
-  let at = from;
-  while (at <= to && out.length <= MAX_DAYS) {
-    out.push(dayOf(at, tz));
-    at = nextDayAt(at, tz);
-  }
-  return out;
-}
-
-/** The ledger's Prometheus counters, on the instance's registry. */
-function counters(m: Metrics, open: () => Promise<number>) {
-  const registers = [m.registry];
-  const byOutcome = ['model', 'outcome'] as const;
-  return {
-    spendUsd: new Counter({
-      name: 'vigil_spend_usd_total',
-      help: 'Dollars the request records reported, by model',
-      labelNames: ['model'],
-      registers,
-    }),
-    spendTokens: new Counter({
-      name: 'vigil_spend_prompt_tokens_total',
-      help: 'Prompt tokens of model calls (request records, or sensor events where no router reports), by model',
-      labelNames: ['model'],
-      registers,
-    }),
-    spendCalls: new Counter({
-      name: 'vigil_spend_calls_total',
-      help: 'Model calls counted, by model',
-      labelNames: ['model'],
-      registers,
-    }),
-    stretches: new Counter({
-      name: 'vigil_ledger_stretches_total',
-      help: 'Flagged stretches closed, by model and outcome (acted, budget, recovered, ended)',
-      labelNames: byOutcome,
-      registers,
-    }),
-    loopUsd: new Counter({
-      name: 'vigil_ledger_usd_total',
-      help: 'Dollars spent in closed flagged stretches, start to close, by model and outcome',
-      labelNames: byOutcome,
-      registers,
-    }),
-    loopUsdToFlag: new Counter({
-      name: 'vigil_ledger_usd_before_flag_total',
-      help: 'Dollars spent in closed flagged stretches before their flag, by model and outcome',
-      labelNames: byOutcome,
-      registers,
-    }),
-    loopCalls: new Counter({
-      name: 'vigil_ledger_calls_total',
-      help: 'Model calls in closed flagged stretches, by model and outcome',
-      labelNames: byOutcome,
-      registers,
-    }),
-    loopTokens: new Counter({
-      name: 'vigil_ledger_prompt_tokens_total',
-      help: 'Prompt tokens in closed flagged stretches, by model and outcome',
-      labelNames: byOutcome,
-      registers,
-    }),
-    budgetAlerts: new Counter({
-      name: 'vigil_budget_alerts_total',
-      help: 'Budget incidents raised, by scope (tree, agent, total) and level (warning, over)',
-      labelNames: ['scope', 'level'],
-      registers,
-    }),
-    budgetRefusals: new Counter({
-      name: 'vigil_budget_refusals_total',
-      help: 'Gate checks refused by a budget ceiling, by scope',
-      labelNames: ['scope'],
-      registers,
-    }),
-    open: new Gauge({
-      name: 'vigil_ledger_open_stretches',
-      help: 'Flagged stretches not closed yet',
-      registers,
-      async collect() {
-        this.set(await open().catch(() => -1));
-      },
-    }),
-  };
 }
