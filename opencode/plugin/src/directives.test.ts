@@ -209,6 +209,36 @@ describe('DirectiveRunner', () => {
     expect(fails).toBe(3);
   });
 
+  it("a stage's summarize returning late (its loop ended at the next stage's abort) does not complete the next compaction", async () => {
+    const oc = fakeOpencode();
+    const finishers: (() => void)[] = [];
+    oc.actions.summarize = (id) => {
+      oc.calls.push(`summarize ${id}`);
+      return new Promise<void>((res) => finishers.push(res));
+    };
+    const acks: string[] = [];
+    const r = new DirectiveRunner({
+      actions: oc.actions,
+      ack: async (l) => void acks.push(...l.map((a) => a.id)) || true,
+      modelOf: () => MODEL,
+    });
+    const one = dir('compact', ROOT, { report: 'REPORT 1', auto_continue: true });
+    await r.offer([one]);
+    r.compacted(ROOT); // session.compacted of the first: acknowledged; its summarize call still runs the loop
+    await tick();
+    const two = dir('compact', ROOT, { report: 'REPORT 2', auto_continue: true });
+    await r.offer([dir('abort', ROOT), two]);
+    finishers[0](); // the first call returns now (the abort ended its loop)
+    await tick();
+    expect(acks).not.toContain(two.id);
+    const out = { context: [] as string[] };
+    r.compactionContext(ROOT, out);
+    expect(out.context).toEqual(['REPORT 2']);
+    r.compacted(ROOT);
+    await tick();
+    expect(acks).toContain(two.id);
+  });
+
   it('runs a compaction again when summarize failed before session.compacted', async () => {
     const { r, oc, acks } = runner();
     const c = dir('compact', ROOT, { report: 'R', auto_continue: true });

@@ -202,7 +202,11 @@ export class DirectiveRunner {
         // Not awaited: with auto the call returns only when the resumed loop ends. Done is
         // `session.compacted` (compacted()); a failure before that frees it for a retry.
         this.o.actions.summarize(d.session_id, model, d.auto_continue === true).then(
-          () => this.compacted(d.session_id),
+          // With auto the call returns when the resumed loop ends: at the next stage's
+          // abort, when that stage's compaction may already be waiting. Only its own.
+          () => {
+            if (this.compacting.get(d.session_id)?.id === d.id) this.compacted(d.session_id);
+          },
           (err) => {
             if (this.compacting.get(d.session_id)?.id !== d.id) return;
             this.compacting.delete(d.session_id);
