@@ -219,7 +219,10 @@ describe('DirectiveRunner', () => {
     const acks: string[] = [];
     const r = new DirectiveRunner({
       actions: oc.actions,
-      ack: async (l) => void acks.push(...l.map((a) => a.id)) || true,
+      ack: async (l) => {
+        acks.push(...l.map((a) => a.id));
+        return true;
+      },
       modelOf: () => MODEL,
     });
     const one = dir('compact', ROOT, { report: 'REPORT 1', auto_continue: true });
