@@ -61,6 +61,12 @@ export const DetectionSchema = z.strictObject({
   tick_interval: duration().prefault('15s'),
   /** Sessions tracked at most (on Redis too); past it the oldest are forgotten, logged and counted, on the tick. */
   max_sessions: z.number().int().min(100).max(10_000_000).default(100_000),
+  /**
+   * A tree with no sensor input (plugin event, request record, outside verdict) for this
+   * long is shown as stale (an opencode server long gone): its plugin no longer "live",
+   * and it leaves the refused list of the readouts (its state is kept; Resume still works).
+   */
+  stale_after: duration().prefault('30m'),
 });
 
 const RateLimitSchema = z.strictObject({

@@ -241,6 +241,7 @@ export class Vigil {
       this.notifier,
       this.metrics,
       this.events,
+      this.config.detection.stale_after as number,
     );
     this.engine = engine;
   }

@@ -1,5 +1,6 @@
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
+import { type AdmitMarks, admitRule } from './admit.ts';
 import {
   type AdmitRequest,
   type AdmitResult,
@@ -91,14 +92,18 @@ export class MemoryStore implements Store {
   }
 
   async admit(q: AdmitRequest): Promise<AdmitResult> {
-    const marks = (this.live(q.markKey)?.v as Record<string, number | string> | undefined) ?? {};
-    if (marks[`id:${q.field}`] === q.ident) return { ok: true };
-    const last = marks[q.field] as number | undefined;
-    if (last !== undefined && q.now - last < q.quietMs) return { ok: false, why: 'quiet', last };
-    const r = await this.hit(q.rateKey, q.now, q.windowMs, q.max);
-    if (!r.allowed) return { ok: false, why: 'rate', count: r.count };
-    this.put(q.markKey, { ...marks, [q.field]: q.now, [`id:${q.field}`]: q.ident }, q.markTtlMs);
-    return { ok: true };
+    const marks = (this.live(q.markKey)?.v as AdmitMarks | undefined) ?? {};
+    const sets = q.rateKeys.map((k) =>
+      ((this.live(k)?.v as [string, number][] | undefined) ?? []).filter(([, t]) => t > q.now - q.windowMs),
+    );
+    const step = admitRule(marks, q, (rank) => sets[rank]?.length ?? 0);
+    if (step.count !== undefined) {
+      const set = sets[step.count].filter(([m]) => m !== q.member);
+      set.push([q.member, q.now]);
+      this.put(q.rateKeys[step.count], set, q.windowMs);
+    }
+    if (step.marks) this.put(q.markKey, step.marks, q.markTtlMs);
+    return step.result;
   }
 
   async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {

@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
+import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
 import {
@@ -39,35 +40,45 @@ if n < tonumber(ARGV[3]) then
 end
 return {0, n}`;
 
-// The notifier gate: KEYS = mark hash, rate zset; ARGV = field, now, quiet ms, mark ttl,
-// window ms, max, member, ident. Same rule as MemoryStore.admit: the same transition
-// (ident) admitted again passes without counting twice.
+// The notifier gate: admitRule (admit.ts) in one step. KEYS = the marks hash, then
+// the rate sets by severity rank (0..n-1); ARGV = episode, seq, state, severity rank,
+// now, quiet ms, mark ttl ms, window ms, max, member. Returns {1, as} or {0, why, n}.
 const ADMIT = `
-if redis.call('HGET', KEYS[1], 'id:' .. ARGV[1]) == ARGV[8] then return {1} end
-local last = redis.call('HGET', KEYS[1], ARGV[1])
-if last and tonumber(ARGV[2]) - tonumber(last) < tonumber(ARGV[3]) then return {0, 'quiet', tonumber(last)} end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[5]))
-local n = redis.call('ZCARD', KEYS[2])
-if n >= tonumber(ARGV[6]) then return {0, 'rate', n} end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[7])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'id:' .. ARGV[1], ARGV[8])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1}`;
+local ep, seq, state, sev, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local m = redis.call('HMGET', KEYS[1], 'ep', 'seq', 'as', 'sev', 'tat')
+local told = m[1] and m[2] and tonumber(m[1]) == ep
+if told and tonumber(m[2]) == seq then return {1, m[3] or state} end
+if told and seq < tonumber(m[2]) then return {0, 'stale'} end
+if state == 'resolve' then
+  if not told or m[3] == 'resolve' then return {0, 'untold'} end
+  redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'as', 'resolve')
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  return {1, 'resolve'}
+end
+if told and m[3] ~= 'resolve' then
+  local was = tonumber(m[4]) or sev
+  redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'as', state, 'sev', math.max(was, sev))
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  return {1, state}
+end
+if m[5] and now - tonumber(m[5]) < tonumber(ARGV[6]) and sev <= (tonumber(m[4]) or -1) then
+  return {0, 'quiet', tonumber(m[5])}
+end
+local n = 0
+for r = sev, #KEYS - 2 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[r + 2], '-inf', now - tonumber(ARGV[8]))
+  n = n + redis.call('ZCARD', KEYS[r + 2])
+end
+if n >= tonumber(ARGV[9]) then return {0, 'rate', n} end
+redis.call('ZADD', KEYS[sev + 2], ARGV[5], ARGV[10])
+redis.call('PEXPIRE', KEYS[sev + 2], ARGV[8])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'ep', ARGV[1], 'seq', ARGV[2], 'as', 'trigger', 'sev', ARGV[4], 'tat', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return {1, 'trigger'}`;
 
 type Commands = {
-  vigilAdmit(
-    markKey: string,
-    rateKey: string,
-    field: string,
-    now: number,
-    quietMs: number,
-    markTtl: number,
-    windowMs: number,
-    max: number,
-    member: string,
-    ident: string,
-  ): Promise<[number, string?, number?]>;
+  vigilAdmit(...keysThenArgs: (string | number)[]): Promise<[number, string, number?]>;
   vigilCas(
     key: string,
     expected: string | Buffer,
@@ -161,7 +172,7 @@ export class RedisStore implements Store {
     });
     client.defineCommand('vigilCas', { numberOfKeys: 1, lua: CAS });
     client.defineCommand('vigilHit', { numberOfKeys: 1, lua: HIT });
-    client.defineCommand('vigilAdmit', { numberOfKeys: 2, lua: ADMIT });
+    client.defineCommand('vigilAdmit', { numberOfKeys: 1 + SEVERITIES.length, lua: ADMIT });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as Redis & Commands;
@@ -230,20 +241,25 @@ export class RedisStore implements Store {
   }
 
   async admit(q: AdmitRequest): Promise<AdmitResult> {
+    if (q.rateKeys.length !== SEVERITIES.length) throw new Error('admit: one rate set per severity');
     const [ok, why, n] = await this.client.vigilAdmit(
       this.k(q.markKey),
-      this.k(q.rateKey),
-      q.field,
+      ...q.rateKeys.map((k) => this.k(k)),
+      q.episode,
+      q.seq,
+      q.state,
+      q.severity,
       q.now,
       q.quietMs,
       q.markTtlMs,
       q.windowMs,
       q.max,
-      `${q.now}-${process.pid}-${this.seq++}`,
-      q.ident,
+      q.member,
     );
-    if (ok === 1) return { ok: true };
-    return why === 'quiet' ? { ok: false, why: 'quiet', last: n ?? 0 } : { ok: false, why: 'rate', count: n ?? 0 };
+    if (ok === 1) return { ok: true, as: why as AlertState };
+    if (why === 'quiet') return { ok: false, why: 'quiet', last: n ?? 0 };
+    if (why === 'rate') return { ok: false, why: 'rate', count: n ?? 0 };
+    return { ok: false, why: why === 'stale' ? 'stale' : 'untold' };
   }
 
   async indexAdd(key: string, member: string, score: number): Promise<void> {

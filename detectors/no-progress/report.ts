@@ -98,7 +98,7 @@ export function buildReport(subject: ReportSubject, s: SessionState, k: NoProgre
   const head = ext
     ? `[vigil] ${kind} was flagged by the ${ext.source} (${ext.level}): ${ext.reason}`
     : v.level === 'ok'
-      ? `[vigil] ${kind} is making progress (ok).`
+      ? `[vigil] ${kind} shows no stall or loop in its current window (ok).`
       : s.readOnly
         ? `[vigil] ${kind} is repeating itself (${v.level}).`
         : `[vigil] ${kind} stalled without landing a change (${v.level}).`;
