@@ -109,6 +109,12 @@ async function ask(r: Rig, conversation: string, parent?: string) {
   return res;
 }
 
+/** The blocks pending for the sensor of a tree (what the opencode plugin refuses tool calls by). */
+const blocks = async (r: Rig, root: string) =>
+  (await r.vigil.engine.directives.pending(root))
+    .filter((d) => d.type === 'block')
+    .map((d) => ({ scope: d.scope, session_id: d.session_id, reason: d.reason }));
+
 const titles = (r: Rig) => r.rec.sent.map((a) => `${a.state} ${a.severity} ${a.title}`);
 /** Waits until the channel got an alert with this `state severity title` (`n` of them). */
 const delivered = (r: Rig, line: string, n = 1) =>
@@ -140,6 +146,14 @@ describe('budgets through the fastify plugin (vigilGate)', () => {
     expect(served.ses_a_worker).toBe(before); // nothing more spent
     // The whole tree: its root too.
     expect((await ask(r, 'ses_a_root')).statusCode).toBe(429);
+    // And at the sensor, for a session that asks no router: the opencode plugin is told to block the tree's tool calls.
+    expect(await blocks(r, 'ses_a_root')).toEqual([
+      {
+        scope: 'tree',
+        session_id: 'ses_a_root',
+        reason: 'budget: tree ses_a_root over its ceiling on 2026-09-26: $0.12 of $0.10 (120%)',
+      },
+    ]);
 
     // A sibling tree has its own budget.
     expect((await ask(r, 'ses_b_root')).statusCode).toBe(200);
@@ -152,16 +166,22 @@ describe('budgets through the fastify plugin (vigilGate)', () => {
     // Resume: the tree counts afresh from here (and its incident resolves).
     await r.vigil.engine.resume('ses_a_root', 'operator');
     await delivered(r, 'resolve critical budget ceiling reached: tree ses_a_root');
+    expect(await blocks(r, 'ses_a_root')).toEqual([]); // the Resume's lift took the block with it
     expect((await ask(r, 'ses_a_worker', 'ses_a_root')).statusCode).toBe(200);
     for (let i = 0; i < 3; i++) expect((await ask(r, 'ses_a_worker', 'ses_a_root')).statusCode).toBe(200);
-    // Another $0.12 since the Resume: over again.
+    // Another $0.12 since the Resume: over again, blocked again.
     expect((await ask(r, 'ses_a_worker', 'ses_a_root')).statusCode).toBe(429);
+    expect(await blocks(r, 'ses_a_root')).toHaveLength(1);
 
     // The day boundary (the test clock): a new day's budget; yesterday's incidents resolve on the tick.
     r.clock.set(Date.parse('2026-09-27T00:00:01Z'));
     expect((await ask(r, 'ses_a_worker', 'ses_a_root')).statusCode).toBe(200);
     await r.vigil.engine.tick();
     await delivered(r, 'resolve critical budget ceiling reached: tree ses_a_root', 2);
+    expect(await blocks(r, 'ses_a_root')).toEqual([]);
+    expect(
+      (await r.vigil.engine.directives.pending('ses_a_root')).filter((d) => d.type === 'lift').at(-1),
+    ).toMatchObject({ scope: 'tree', reason: 'budget: 2026-09-26 is over' });
     const money = r.vigil.detector<MoneyDetector>('money');
     expect(await money.budgets()).toMatchObject({ day: '2026-09-27', total: { usd: 0.03 }, raised: {} });
   });
@@ -173,6 +193,34 @@ describe('budgets through the fastify plugin (vigilGate)', () => {
     // $0.10 at the second call: over at once, so the first alert is the critical one.
     await delivered(r, 'trigger critical budget ceiling reached: tree ses_w');
     expect((await ask(r, 'ses_w')).statusCode).toBe(200);
+    expect(await blocks(r, 'ses_w')).toEqual([]);
+  });
+
+  it('from what a sensor reports alone (assistant events, no router): tokens count and the tree is blocked at the sensor', async () => {
+    const r = await rig('auto_recover', { tree: { prompt_tokens: 150_000 } });
+    const step = (i: number) => ({
+      kind: 'assistant' as const,
+      session_id: 'ses_plugin_only',
+      agent: 'build',
+      call_id: `msg_${i}`,
+      model: 'anthropic/claude-sonnet-5',
+      input_tokens: 5_000,
+      cache_read_tokens: 55_000,
+      visible_output: true,
+      ts: r.clock.advance(5_000),
+    });
+    await r.vigil.progress([step(1), step(2)]);
+    expect(await blocks(r, 'ses_plugin_only')).toEqual([]);
+    await r.vigil.progress(step(3)); // 180k prompt tokens
+    expect(await blocks(r, 'ses_plugin_only')).toEqual([
+      {
+        scope: 'tree',
+        session_id: 'ses_plugin_only',
+        reason: 'budget: tree ses_plugin_only over its ceiling on 2026-09-26: 180k of 150k prompt tokens (120%)',
+      },
+    ]);
+    // The same answer at the gate, for a router that asks.
+    expect(await r.vigil.gate({ conversation: 'ses_plugin_only' })).toMatchObject({ action: 'refuse', status: 429 });
   });
 
   it('with no cost reported, prompt tokens count: the per-agent and overall ceilings', async () => {

@@ -6,6 +6,7 @@ import { definePlugin } from '../../core/registry.ts';
 import type { Store } from '../../core/store/store.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import type { SessionTree } from '../../core/tree.ts';
+import type { DirectiveSpec } from '../../core/wire.ts';
 import { MoneyDetector, TYPE } from './money.detector.ts';
 import { type MoneyOptions, MoneyOptionsSchema } from './options.ts';
 
@@ -24,6 +25,7 @@ export const moneyPlugin = definePlugin<DetectorPlugin<MoneyOptions>>({
       metrics: c.resolve<Metrics>(TOKENS.Metrics),
       logger: c.resolve<Logger>(TOKENS.Logger),
       knobs,
+      directives: c.resolve<(root: string, d: DirectiveSpec[]) => Promise<void>>(TOKENS.Directives),
     }),
 });
 

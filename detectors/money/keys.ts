@@ -8,6 +8,7 @@ import { keys, TTL } from '../../core/store/keys.ts';
 //   t:<day>:<root>       a tree's counters that day, and where a Resume rebased them
 //   b:<day>              the budget incidents raised that day: scope -> level (JSON, CAS)
 //   b:<day>:resolved     set once that day's incidents were resolved (one instance does it)
+//   k:<day>              the trees a budget blocked that day at the sensor: root -> blocked | lifted (CAS)
 export const TYPE = 'money';
 const NS = keys.plugin(TYPE);
 
@@ -22,6 +23,7 @@ export const mKeys = {
   tree: (day: string, root: string) => `${NS}t:${day}:${root}`,
   raised: (day: string) => `${NS}b:${day}`,
   resolved: (day: string) => `${NS}b:${day}:resolved`,
+  blocked: (day: string) => `${NS}k:${day}`,
 } as const;
 
 const DAY = 86_400_000;

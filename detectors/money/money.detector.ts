@@ -17,9 +17,10 @@ import { duration } from '../../core/duration.ts';
 import type { Logger } from '../../core/logger.ts';
 import { Lru } from '../../core/lru.ts';
 import type { Metrics } from '../../core/metrics.ts';
+import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import type { ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
+import type { DirectiveSpec, ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
 import {
   amountShort,
   anyBudget,
@@ -81,6 +82,8 @@ export interface MoneyDeps {
   metrics: Metrics;
   logger: Logger;
   knobs: () => MoneyOptions;
+  /** Queues actions for the sensor (TOKENS.Directives): the block of a refused tree, its lift. */
+  directives: (root: string, specs: DirectiveSpec[]) => Promise<void>;
 }
 
 const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
@@ -105,6 +108,10 @@ export class MoneyDetector implements Detector {
   private readonly reportsRequests = new Lru<string, true>(100_000);
   /** `<day>|<scope>` -> the budget level raised there (at least). */
   private readonly raisedAt = new Lru<string, BudgetLevel>(20_000);
+  /** `<day>|<root>`: trees this process knows a budget blocked at the sensor that day. */
+  private readonly blockedAt = new Lru<string, true>(20_000);
+  /** A day whose budget blocks still wait for their lift (something else held the tree). */
+  private liftPending: string | undefined;
   private lastDay: string | undefined;
   private lastIdleCheck = Number.NEGATIVE_INFINITY;
 
@@ -208,12 +215,61 @@ export class MoneyDetector implements Detector {
     this.c.spendCalls.inc({ model }, r.c);
     if (!anyBudget(k.budgets)) return NONE;
     const out: Transition[] = [];
-    for (const [scope, st] of standings(s.root, agent, dt, tt, k)) {
+    const list = standings(s.root, agent, dt, tt, k);
+    for (const [scope, st] of list) {
       if (st.level === 'ok') continue;
       const t = await this.raise(day, scope, st);
       if (t) out.push(t);
     }
+    // In an acting mode the tree is refused: at the gate (a router), and at the sensor (a block).
+    const over = this.d.mode.acts() ? list.find(([, st, refusable]) => st.level === 'over' && refusable) : undefined;
+    if (over) await this.blockTree(day, s.root, budgetLine(over[0], over[1], day));
     return out;
+  }
+
+  /**
+   * Has the sensor refuse the tree's tool calls (a tree-wide block), once per tree and
+   * day: a session that reports no model requests through a router is held too. A
+   * Resume lifts it (the mode's tree-wide lift); so does the next day.
+   */
+  private async blockTree(day: string, root: string, reason: string): Promise<void> {
+    if (this.blockedAt.get(`${day}|${root}`)) return;
+    const fresh = await this.store.update<Record<string, 'blocked' | 'lifted'>, boolean>(mKeys.blocked(day), (cur) => {
+      if (cur?.[root] === 'blocked') return { value: cur, result: false, ttlMs: M_TTL.raised };
+      return { value: { ...(cur ?? {}), [root]: 'blocked' }, result: true, ttlMs: M_TTL.raised };
+    });
+    this.blockedAt.set(`${day}|${root}`, true);
+    if (!fresh) return;
+    const report = `${reason}\nThe tree's tool calls are refused until the next day or a Resume.`;
+    await this.d.directives(root, [{ type: 'block', session_id: root, scope: 'tree', reason, report }]);
+  }
+
+  /**
+   * The blocks of a day gone by are lifted, tree by tree, once nothing else holds the
+   * tree (a lift ends every block of it: a hard stop or a recovery's block waits for
+   * its own release, and the budget's lift is tried again on the next tick).
+   */
+  private async liftDay(day: string): Promise<boolean> {
+    const blocked = (await this.store.get<Record<string, 'blocked' | 'lifted'>>(mKeys.blocked(day))) ?? {};
+    let waiting = false;
+    for (const [root, state] of Object.entries(blocked)) {
+      if (state !== 'blocked') continue;
+      const t = await this.store.get<TreeState>(keys.tree(root));
+      if (t && (t.refuse_all || Object.keys(t.refused).length || t.awaiting_compaction)) {
+        waiting = true;
+        continue;
+      }
+      // One instance lifts it.
+      const mine = await this.store.update<Record<string, 'blocked' | 'lifted'>, boolean>(mKeys.blocked(day), (cur) => {
+        if (cur?.[root] !== 'blocked') return { value: cur, result: false, ttlMs: M_TTL.raised };
+        return { value: { ...cur, [root]: 'lifted' }, result: true, ttlMs: M_TTL.raised };
+      });
+      if (mine)
+        await this.d.directives(root, [
+          { type: 'lift', session_id: root, scope: 'tree', reason: `budget: ${day} is over` },
+        ]);
+    }
+    return waiting;
   }
 
   /** Without a tree ceiling only a Resume's exemption from the shared ceilings is read (when any is set). */
@@ -359,8 +415,11 @@ export class MoneyDetector implements Detector {
     let out: readonly Transition[] = NONE;
     if (this.lastDay !== day) {
       this.lastDay = day;
-      out = await this.resolveDay(dayOf(dayStart(day, k.timezone) - 1, k.timezone));
+      const before = dayOf(dayStart(day, k.timezone) - 1, k.timezone);
+      out = await this.resolveDay(before);
+      this.liftPending = before;
     }
+    if (this.liftPending && !(await this.liftDay(this.liftPending))) this.liftPending = undefined;
     if (now - this.lastIdleCheck >= 60_000) {
       this.lastIdleCheck = now;
       await this.closeIdle(now, k);
@@ -445,6 +504,13 @@ export class MoneyDetector implements Detector {
       },
       M_TTL.tree,
     );
+    // The mode's Resume lifts every block of the tree: the next crossing blocks it again.
+    this.blockedAt.delete(`${day}|${root}`);
+    await this.store.update<Record<string, 'blocked' | 'lifted'>, void>(mKeys.blocked(day), (cur) => {
+      if (!cur?.[root]) return { value: cur, result: undefined };
+      const { [root]: _, ...rest } = cur;
+      return { value: rest, result: undefined, ttlMs: M_TTL.raised };
+    });
     const scope: Scope = { kind: 'tree', id: root };
     const sk = scopeKey(scope);
     this.raisedAt.delete(`${day}|${sk}`);
