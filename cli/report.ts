@@ -1,5 +1,5 @@
 import type { LedgerView, Stretch } from '../detectors/money/index.ts';
-import { ago, call, cut, type Remote, table, when } from './remote.ts';
+import { ago, call, cut, type Remote, table } from './remote.ts';
 
 // `vigil report [--since 24h] [--by model] [--json]`: the ledger of a running service
 // (GET /ledger) as a person reads it in the morning: how many loops were caught, what
@@ -30,12 +30,13 @@ export async function report(r: Remote, a: ReportArgs, out: (s: string) => void)
 const usd = (n: number) => `$${n.toFixed(2)}`;
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 const day = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+/** `2026-09-26 02:34Z`: a reader compares times across days in the morning. */
+const stamp = (ms: number) => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')}Z`;
 
 /** The morning text: the headline, the loops, the groups. */
 export function renderReport(v: LedgerView, a: Pick<ReportArgs, 'by' | 'limit'>): string {
   const s = v.summary;
-  const span = `${when(v.since, v.until)} to ${when(v.until, v.until)}`;
-  let out = `ledger ${span} (UTC)\n`;
+  let out = `ledger ${stamp(v.since)} to ${stamp(v.until)}\n`;
   out += `${plural(s.loops, 'loop')} caught, ${usd(s.before_action.usd)} spent in them before action (${usd(s.before_flag.usd)} before the flag), median ${s.median_calls_to_flag ?? '-'} calls to flag${s.median_minutes_to_flag === null ? '' : ` (${s.median_minutes_to_flag} min)`}, ${s.open} still open\n`;
   const o = s.by_outcome;
   out += `outcomes: ${o.acted} acted, ${o.budget} stopped by a budget, ${o.recovered} recovered, ${o.ended} ended, ${o.open} open\n`;
@@ -61,7 +62,7 @@ export function renderReport(v: LedgerView, a: Pick<ReportArgs, 'by' | 'limit'>)
       'OUTCOME',
     ],
     shown.map((x) => [
-      when(x.flagged_at, v.until),
+      stamp(x.flagged_at),
       cut(x.session, 28),
       cut(x.agent, 16),
       cut(x.model, 28),
