@@ -34,7 +34,7 @@ export const keys = {
   parent: (session: string) => `parent:${session}`,
   meta: (session: string) => `meta:${session}`,
   metaPrefix: 'meta:',
-  /** Every tracked session, scored by when it was first seen: the cap evicts the oldest. */
+  /** Every tracked session, scored by its last activity: the cap evicts the least recently active. */
   sessions: 'sessions',
   /** Runtime knob changes (PATCH /knobs). */
   knobs: 'knobs',

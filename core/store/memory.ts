@@ -79,14 +79,17 @@ export class MemoryStore implements Store {
   async indexAdd(key: string, member: string, score: number): Promise<void> {
     const e = this.live(key);
     const idx = (e?.v as Map<string, number> | undefined) ?? new Map<string, number>();
-    if (!idx.has(member)) idx.set(member, score);
+    if (!(score <= (idx.get(member) ?? Number.NEGATIVE_INFINITY))) idx.set(member, score);
     if (!e) this.put(key, idx);
   }
 
-  async indexTrim(key: string, keep: number): Promise<string[]> {
+  async indexTrim(key: string, keep: number, below = Number.POSITIVE_INFINITY): Promise<string[]> {
     const idx = this.live(key)?.v as Map<string, number> | undefined;
     if (!idx || idx.size <= keep) return [];
-    const out = [...idx].sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1)).slice(0, idx.size - keep);
+    const out = [...idx]
+      .sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1))
+      .slice(0, idx.size - keep)
+      .filter(([, score]) => score < below);
     for (const [m] of out) idx.delete(m);
     return out.map(([m]) => m);
   }

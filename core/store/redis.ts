@@ -29,6 +29,15 @@ if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
 else redis.call('SET', KEYS[1], ARGV[3]) end
 return {1}`;
 
+// Index trim: KEYS[1]; ARGV = keep, below. Pops the lowest members beyond `keep` that
+// score below `below`, atomically (two instances trimming at once forget each id once).
+const TRIM = `
+local n = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
+if n <= 0 then return {} end
+local out = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, n)
+for i = 1, #out, 1000 do redis.call('ZREM', KEYS[1], unpack(out, i, math.min(i + 999, #out))) end
+return out`;
+
 // Sliding-window counter on a sorted set: KEYS[1], ARGV = now, window ms, max, member.
 const HIT = `
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[2]))
@@ -96,6 +105,7 @@ type Commands = {
     ttl: number,
   ): Promise<[number, (Buffer | null)?]>;
   vigilHit(key: string, now: number, windowMs: number, max: number, member: string): Promise<[number, number]>;
+  vigilTrim(key: string, keep: number, below: number | string): Promise<string[]>;
 };
 
 export interface RedisStoreOptions {
@@ -110,9 +120,19 @@ export interface RedisStoreOptions {
 const DOWN =
   /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest/;
 
-/** A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500. */
+/** Redis refusing the password or the user: it answers, so it is not "down". */
+const AUTH = /WRONGPASS|NOAUTH|invalid password|invalid username-password/;
+
+/**
+ * A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500;
+ * one that refuses the credentials is AUTH_FAILED (a configuration to fix).
+ */
 export function storeError(e: unknown): unknown {
   const err = e as Error;
+  if (err && AUTH.test(err.message ?? '')) {
+    const why = (err.message.match(AUTH)?.[0] ?? 'refused').toUpperCase();
+    return new AppError('AUTH_FAILED', `Redis refused the credentials (${why})`, { retryable: true, cause: e });
+  }
   if (err && (err.name === 'MaxRetriesPerRequestError' || DOWN.test(err.message ?? ''))) {
     const why = (err.message ?? 'error')
       .split('\n')[0]
@@ -173,6 +193,7 @@ export class RedisStore implements Store {
     client.defineCommand('vigilCas', { numberOfKeys: 1, lua: CAS });
     client.defineCommand('vigilHit', { numberOfKeys: 1, lua: HIT });
     client.defineCommand('vigilAdmit', { numberOfKeys: 1 + SEVERITIES.length, lua: ADMIT });
+    client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as Redis & Commands;
@@ -263,15 +284,11 @@ export class RedisStore implements Store {
   }
 
   async indexAdd(key: string, member: string, score: number): Promise<void> {
-    await this.client.zadd(this.k(key), 'NX', score, member);
+    await this.client.zadd(this.k(key), 'GT', score, member);
   }
 
-  async indexTrim(key: string, keep: number): Promise<string[]> {
-    const k = this.k(key);
-    const n = await this.client.zcard(k);
-    if (n <= keep) return [];
-    const r = await this.client.zpopmin(k, n - keep);
-    return r.filter((_, i) => i % 2 === 0);
+  async indexTrim(key: string, keep: number, below = Number.POSITIVE_INFINITY): Promise<string[]> {
+    return this.client.vigilTrim(this.k(key), keep, Number.isFinite(below) ? below : '+inf');
   }
 
   async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {
@@ -394,14 +411,21 @@ export class RedisStore implements Store {
 
   /** Reachability for /health, answered within `timeoutMs` whatever Redis does. */
   async ping(timeoutMs = 500): Promise<boolean> {
+    return (await this.unusable(timeoutMs)) === undefined;
+  }
+
+  /** Why Redis cannot serve (STORE_UNAVAILABLE or AUTH_FAILED), or undefined when it answers PING within `timeoutMs`. */
+  async unusable(timeoutMs = 500): Promise<AppError | undefined> {
     let t: NodeJS.Timeout | undefined;
     try {
       const late = new Promise<string>((r) => {
         t = setTimeout(() => r('timeout'), timeoutMs);
       });
-      return (await Promise.race([this.client.ping(), late])) === 'PONG';
-    } catch {
-      return false;
+      const r = await Promise.race([this.client.ping(), late]);
+      return r === 'PONG' ? undefined : new AppError('STORE_UNAVAILABLE', 'store unavailable (no answer to PING)');
+    } catch (e) {
+      const err = storeError(e);
+      return err instanceof AppError ? err : new AppError('STORE_UNAVAILABLE', 'store unavailable', { cause: e });
     } finally {
       clearTimeout(t);
     }

@@ -196,13 +196,17 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
         ['b', 1],
         ['c', 2],
         ['d', 4],
+        ['e', 5],
       ] as const)
         await s.indexAdd('ix', m, t);
-      await s.indexAdd('ix', 'b', 99); // already there: its place does not move
+      await s.indexAdd('ix', 'b', 9); // active again: it moves up
+      await s.indexAdd('ix', 'd', 0); // never down
       expect(await s.indexTrim('ix', 5)).toEqual([]);
-      expect(await s.indexTrim('ix', 2)).toEqual(['b', 'c']);
-      expect(await s.indexTrim('ix', 2)).toEqual([]);
-      expect(await s.indexTrim('ix', 0)).toEqual(['a', 'd']);
+      expect(await s.indexTrim('ix', 3)).toEqual(['c', 'a']);
+      expect(await s.indexTrim('ix', 3)).toEqual([]);
+      // Members scored at or above `below` stay even past `keep`.
+      expect(await s.indexTrim('ix', 0, 5)).toEqual(['d']);
+      expect(await s.indexTrim('ix', 0)).toEqual(['e', 'b']);
     });
 
     it('a rise of an incident the channel knows passes the quiet window and a spent rate limit', async () => {

@@ -45,10 +45,13 @@ export interface Store {
    * only a new incident for the channel, never a rise of one it knows.
    */
   admit(q: AdmitRequest): Promise<AdmitResult>;
-  /** A sorted index (a set ordered by score): add `member` at `score` unless it is there already. */
+  /** A sorted index (a set ordered by score): add `member` at `score`, or move it up to `score` (never down). */
   indexAdd(key: string, member: string, score: number): Promise<void>;
-  /** Removes and returns the members with the lowest scores beyond the first `keep` from the top. */
-  indexTrim(key: string, keep: number): Promise<string[]>;
+  /**
+   * Removes and returns the members with the lowest scores beyond the first `keep` from
+   * the top, only those scored below `below` (members at or above it stay, past `keep`).
+   */
+  indexTrim(key: string, keep: number, below?: number): Promise<string[]>;
   /** Prepend to a list and keep the newest `cap` entries; `ttlMs` (optional) renews the list's expiry. */
   pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void>;
   /** Newest first. */
