@@ -25,11 +25,13 @@ export function errorHandler(vigil: Vigil) {
     }
     if (isAppError(err)) {
       // A store that does not answer: the client should come back, not give up.
-      if (err.code === 'STORE_UNAVAILABLE') {
+      if (err.code === 'STORE_UNAVAILABLE' || err.code === 'AUTH_FAILED') {
         vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
         req.log.warn({ reqId: req.id, err: err.message }, 'store unavailable');
         void reply.header('retry-after', '5');
       }
+      const after = (err as { retryAfterS?: number }).retryAfterS;
+      if (after !== undefined) void reply.header('retry-after', String(after));
       // A config or knob error also lists each problem by path, so a form can show it beside its field.
       const problems = err instanceof ConfigError ? { problems: err.problems.map(problemOf) } : {};
       return reply
