@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
 import { vigilGate } from '../service/router.ts';
 import { type App, buildServer } from '../service/server.ts';
+import { needsRedisServer } from './helpers/external.ts';
 import { testVigil } from './helpers/index.ts';
 import { TestRedis } from './helpers/redis-server.ts';
 
@@ -13,7 +14,7 @@ import { TestRedis } from './helpers/redis-server.ts';
 // fails open (gate.on_error: allow), counted, so the model path never stops. When
 // Redis is back, everything works again.
 
-describe('a Redis outage', () => {
+describe.runIf(needsRedisServer(import.meta.filename))('a Redis outage', () => {
   let redis: TestRedis;
   let vigil: Vigil;
   let app: App;

@@ -9,7 +9,9 @@ import { readState } from '../opencode/watchdog/state.ts';
 import { runTick } from '../opencode/watchdog/tick.ts';
 import { buildServer } from '../service/server.ts';
 import { behaviour, recordingPlugin, tempDir, testVigil } from './helpers/index.ts';
-import { type FakeServer, fakeOllama, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { type FakeServer, fakeOllama, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // The watchdog against a REAL `opencode serve` 1.18.33 (scripted fake model, offline,
 // isolated dirs, no plugin): one session loops (40 reads of one file), one is healthy
@@ -128,7 +130,7 @@ function config(watchdog: Record<string, unknown>) {
 type Row = { session: string; verdict: string; source: string; agent: string | null };
 const rows = async () => (await (await fetch(`${serviceUrl}/sessions`)).json()) as Row[];
 
-describe('the watchdog against opencode 1.18.33', () => {
+describe.runIf(HAVE_OPENCODE)('the watchdog against opencode 1.18.33', () => {
   it('a healthy-only tick: the session is judged ok, nothing is reported, no model call', async () => {
     writeFileSync(join(dir, 'rc-servers.json'), JSON.stringify([{ serverUrl: lab.url }]));
     healthy = await lab.runSession('healthy', 'HEALTHY: fix add() so test.sh passes');

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -7,6 +7,7 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import type { Vigil } from '../../core/vigil.ts';
+import { needs, which } from '../../test/helpers/external.ts';
 import { eventually, testVigil } from '../../test/helpers/index.ts';
 import { type App, buildServer } from '../server.ts';
 import { buildAdmin } from './build.mjs';
@@ -21,6 +22,12 @@ import { LOOP_KNOBS, loopEvents } from './testkit.ts';
 const ROOT = join(import.meta.dirname, '..', '..');
 const ART = join(ROOT, '.tmp', 'artifacts', 'admin');
 const CHROMIUM = process.env.VIGIL_CHROMIUM ?? '/usr/bin/chromium';
+const HAVE_CHROMIUM = needs({
+  suite: import.meta.filename,
+  what: `chromium at ${CHROMIUM}`,
+  found: which(CHROMIUM),
+  hint: 'apt-get install -y chromium, or set VIGIL_CHROMIUM',
+});
 const TOKEN = 'adm1n-t0ken-for-the-browser-test';
 const FIRST_LOAD_BUDGET = 150 * 1024;
 
@@ -105,9 +112,6 @@ async function useToken(page: Page) {
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`no browser at ${CHROMIUM}: apt-get install -y chromium (or set VIGIL_CHROMIUM)`);
-  }
   mkdirSync(ART, { recursive: true });
   receiver = await startReceiver();
   vigil = await testVigil({
@@ -133,7 +137,7 @@ afterAll(async () => {
   receiver?.server.close();
 });
 
-describe('admin page in a browser', () => {
+describe.runIf(HAVE_CHROMIUM)('admin page in a browser', () => {
   it('Sessions: first load within budget; a loop turns looping live; the report opens on click', async () => {
     const page = await openPage(`${base}/#sessions`);
     await live(page);
