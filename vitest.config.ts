@@ -19,6 +19,7 @@ export const REDIS = [
   'detectors/no-progress/no-progress.detector.test.ts',
   'modes/modes.test.ts',
   'service/server.test.ts',
+  'test/redis-topologies.test.ts',
 ];
 export const E2E = ['test/**/*.e2e.test.ts', '**/*.browser.test.ts'];
 const ALL = ['{core,detectors,channels,modes,opencode,service,cli,test}/**/*.test.ts'];
