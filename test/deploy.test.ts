@@ -22,7 +22,7 @@ const PROMETHEUS_OWN = new Set(['up']);
 const KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'inf', 'nan']);
 
 /** The metric names a PromQL expression selects (functions, keywords, labels, strings and ranges left out). */
-export function metricNames(expr: string): string[] {
+function metricNames(expr: string): string[] {
   const s = expr
     .replace(/"(?:[^"\\]|\\.)*"/g, '""')
     .replace(/\{[^}]*\}/g, '')

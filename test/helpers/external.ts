@@ -72,3 +72,12 @@ export const needsRedisServer = (suite: string): string | undefined =>
     found: which('redis-cli') && which('redis-server'),
     hint: 'apt-get install -y redis-server',
   });
+
+/** The sqlite3 command, for the suites that read or write an opencode.db (replay/sqlite.ts reads through it). */
+export const needsSqlite3 = (suite: string): string | undefined =>
+  needs({
+    suite,
+    what: `${process.env.VIGIL_SQLITE3 || 'sqlite3'} on PATH`,
+    found: which(process.env.VIGIL_SQLITE3 || 'sqlite3'),
+    hint: 'apt-get install -y sqlite3, or set VIGIL_SQLITE3',
+  });
