@@ -180,6 +180,11 @@ describe.runIf(HAVE_CHROMIUM)('admin page in a browser', () => {
       () => document.querySelector('[data-session="ses_loop"] .verdict')?.textContent?.trim() === 'looping',
     );
     expect(await page.evaluate(() => (window as unknown as { loadedOnce?: number }).loadedOnce)).toBe(1);
+    // The detectors column names the no-progress verdict (it showed "-" for a loop before).
+    await page.waitForFunction(() =>
+      document.querySelector('[data-session="ses_loop"] td.detectors')?.textContent?.includes('no-progress: looping'),
+    );
+    expect(await page.textContent('[data-session="ses_healthy"] td.detectors')).toBe('-');
     await page.waitForSelector('tr.tree[data-root="ses_orch"]');
     await page.waitForFunction(
       () => (document.querySelector('[data-session="ses_loop"] .spark canvas') as HTMLCanvasElement | null) !== null,
