@@ -38,6 +38,7 @@ import type { Store } from './store/store.ts';
 import { TOKENS } from './tokens.ts';
 import { SessionTree } from './tree.ts';
 import {
+  type DirectiveSpec,
   type GateAnswer,
   type GateQuery,
   type Heartbeat,
@@ -220,6 +221,11 @@ export class Vigil {
     c.register(TOKENS.Emit, {
       useValue: async (ts: readonly Transition[]) => {
         if (ts.length && engine) await engine.handle(ts);
+      },
+    });
+    c.register(TOKENS.Directives, {
+      useValue: async (root: string, specs: DirectiveSpec[]) => {
+        if (specs.length && engine) await engine.directives.push(root, specs, clock.now());
       },
     });
     const driven: Driven[] = [];

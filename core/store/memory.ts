@@ -109,12 +109,35 @@ export class MemoryStore implements Store {
     return step.result;
   }
 
-  async pushCapped<T>(key: string, value: T, cap: number): Promise<void> {
+  async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {
     const e = this.live(key);
     const arr = (e?.v as string[] | undefined) ?? [];
     arr.unshift(JSON.stringify(value));
     if (arr.length > cap) arr.length = cap;
-    this.put(key, arr);
+    // Without a ttl the list keeps the expiry it had (as LPUSH does on Redis).
+    if (ttlMs) this.put(key, arr, ttlMs);
+    else this.m.set(key, { v: arr, exp: e?.exp });
+  }
+
+  async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
+    const e = this.live(key);
+    const h = (e?.v as Record<string, number> | undefined) ?? {};
+    const out: Record<string, number> = {};
+    for (const [f, d] of Object.entries(deltas)) {
+      h[f] = (h[f] ?? 0) + d;
+      out[f] = h[f];
+    }
+    if (ttlMs) this.put(key, h, ttlMs);
+    else this.m.set(key, { v: h, exp: e?.exp });
+    return out;
+  }
+
+  async counts(key: string, fields?: readonly string[]): Promise<Record<string, number>> {
+    const h = (this.live(key)?.v as Record<string, number> | undefined) ?? {};
+    if (!fields) return { ...h };
+    const out: Record<string, number> = {};
+    for (const f of fields) out[f] = h[f] ?? 0;
+    return out;
   }
 
   async list<T>(key: string, limit: number): Promise<T[]> {

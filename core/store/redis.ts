@@ -158,6 +158,8 @@ const GUARDED = [
   'indexAdd',
   'indexTrim',
   'list',
+  'incr',
+  'counts',
   'getBytes',
   'setBytes',
   'casBytes',
@@ -294,13 +296,45 @@ export class RedisStore implements Store {
     return this.client.vigilTrim(this.k(key), keep, Number.isFinite(below) ? below : '+inf');
   }
 
-  async pushCapped<T>(key: string, value: T, cap: number): Promise<void> {
+  async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {
     const k = this.k(key);
-    await this.client
+    const m = this.client
       .multi()
       .lpush(k, JSON.stringify(value))
-      .ltrim(k, 0, cap - 1)
-      .exec();
+      .ltrim(k, 0, cap - 1);
+    if (ttlMs) m.pexpire(k, ttlMs);
+    await m.exec();
+  }
+
+  async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
+    const k = this.k(key);
+    const fields = Object.keys(deltas);
+    const m = this.client.multi();
+    for (const f of fields) m.hincrbyfloat(k, f, deltas[f]);
+    if (ttlMs) m.pexpire(k, ttlMs);
+    const res = (await m.exec()) ?? [];
+    const out: Record<string, number> = {};
+    fields.forEach((f, i) => {
+      const [err, v] = res[i] ?? [new Error('no reply'), null];
+      if (err) throw err;
+      out[f] = Number(v);
+    });
+    return out;
+  }
+
+  async counts(key: string, fields?: readonly string[]): Promise<Record<string, number>> {
+    const k = this.k(key);
+    const out: Record<string, number> = {};
+    if (!fields) {
+      for (const [f, v] of Object.entries(await this.client.hgetall(k))) out[f] = Number(v);
+      return out;
+    }
+    if (!fields.length) return out;
+    const vs = await this.client.hmget(k, ...fields);
+    fields.forEach((f, i) => {
+      out[f] = vs[i] === null ? 0 : Number(vs[i]);
+    });
+    return out;
   }
 
   async list<T>(key: string, limit: number): Promise<T[]> {

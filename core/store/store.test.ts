@@ -88,6 +88,37 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
       expect(await s.list('log', 2)).toEqual([{ i: 6 }, { i: 5 }]);
     });
 
+    it('counters add atomically under concurrent callers and read by field', async () => {
+      const s = make();
+      const got = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => s.incr('ctrs', { n: 1, usd: 0.25, [`m.${i % 2}`]: 2 }, 60_000)),
+      );
+      expect(await s.counts('ctrs', ['n', 'usd', 'm.0', 'm.1', 'absent'])).toEqual({
+        n: 40,
+        usd: 10,
+        'm.0': 40,
+        'm.1': 40,
+        absent: 0,
+      });
+      // Each caller saw the totals its own add made: every count from 1 to 40 once.
+      expect(got.map((g) => g.n).sort((a, b) => a - b)).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
+      expect(await s.counts('ctrs')).toEqual({ n: 40, usd: 10, 'm.0': 40, 'm.1': 40 });
+      expect(await s.counts('none', ['x'])).toEqual({ x: 0 });
+      expect(await s.counts('none')).toEqual({});
+      expect(await s.incr('ctrs', { usd: -2.5 })).toEqual({ usd: 7.5 });
+    });
+
+    it('keeps a capped list with an expiry, renewed by each push', async () => {
+      const s = make();
+      await s.pushCapped('exp', { i: 1 }, 5, 60_000);
+      await s.pushCapped('exp', { i: 2 }, 5);
+      expect(await s.list('exp', 10)).toEqual([{ i: 2 }, { i: 1 }]);
+      if (s instanceof RedisStore) {
+        const ttl = await s.client.pttl(`${(s as unknown as { p: string }).p}exp`);
+        expect(ttl).toBeGreaterThan(50_000);
+      }
+    });
+
     it('stores bytes and compares-and-sets them', async () => {
       const s = make();
       const a = new Uint8Array([1, 2, 3, 0, 255]);
@@ -274,5 +305,21 @@ describe.runIf(backends().includes('redis'))('store updateBytes across instances
     for (let i = 0; i < 20; i++) await Promise.all([a.updateBytes('k', inc), b.updateBytes('k', inc)]);
     const end = await a.getBytes('k');
     expect(new DataView(end!.buffer, end!.byteOffset).getUint32(0)).toBe(40);
+  });
+});
+
+describe('memory store: counters and lists expire like Redis keys', () => {
+  it('incr and pushCapped with a ttl expire; without one they keep the expiry they had', async () => {
+    const clock = new FakeClock();
+    const s = new MemoryStore(clock);
+    await s.incr('c', { n: 1 }, 1_000);
+    await s.pushCapped('l', 1, 5, 1_000);
+    clock.advance(600);
+    await s.incr('c', { n: 1 });
+    await s.pushCapped('l', 2, 5);
+    expect(await s.counts('c')).toEqual({ n: 2 });
+    clock.advance(600);
+    expect(await s.counts('c')).toEqual({});
+    expect(await s.list('l', 5)).toEqual([]);
   });
 });

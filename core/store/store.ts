@@ -52,10 +52,18 @@ export interface Store {
    * the top, only those scored below `below` (members at or above it stay, past `keep`).
    */
   indexTrim(key: string, keep: number, below?: number): Promise<string[]>;
-  /** Prepend to a list and keep the newest `cap` entries. */
-  pushCapped<T>(key: string, value: T, cap: number): Promise<void>;
+  /** Prepend to a list and keep the newest `cap` entries; `ttlMs` (optional) renews the list's expiry. */
+  pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void>;
   /** Newest first. */
   list<T>(key: string, limit: number): Promise<T[]>;
+  /**
+   * Counters: adds each delta to its numeric field of the hash at `key` atomically (fields
+   * start at 0) and returns the new value of every field named; `ttlMs` (optional) renews
+   * the hash's expiry. Many writers on one key never conflict (no compare-and-set).
+   */
+  incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>>;
+  /** The counters at `key`: the fields named (0 when absent), or every field. */
+  counts(key: string, fields?: readonly string[]): Promise<Record<string, number>>;
   /** Binary values (compact judge state). */
   getBytes(key: string): Promise<Uint8Array | undefined>;
   setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void>;

@@ -13,6 +13,8 @@ interface Tree {
   stage: number;
   /** Refused by the gate, and not stale. */
   refused: boolean;
+  /** A budget ceiling is reached (acting modes refuse the tree until Resume or the next day). */
+  overBudget: boolean;
   /** No sensor reported on the tree for stale_after (its opencode is likely gone). */
   stale: boolean;
   worst: string;
@@ -54,6 +56,7 @@ export function trees(rows: Iterable<AdminRow>, now = Date.now(), staleAfterMs =
       rows: ordered,
       stage: Math.max(...list.map((r) => r.stage)),
       refused: !stale && list.some((r) => r.refused),
+      overBudget: list.some((r) => r.budget_level === 'over'),
       stale,
       worst: list.reduce((w, r) => ((SEVERITY[r.verdict] ?? 0) > (SEVERITY[w] ?? 0) ? r.verdict : w), 'ok'),
       last,
@@ -91,9 +94,10 @@ function TreeHead({ t, cols, onChange }: { t: Tree; cols: number; onChange: () =
       <span class=${`badge v-${t.worst}`}>${t.worst}</span>
       ${t.stage ? html`<span class="badge stage">stage ${t.stage}${stopped ? ' hard stop' : ''}</span>` : null}
       ${t.refused ? html`<span class="badge refused">refused</span>` : null}
+      ${t.overBudget ? html`<span class="badge refused">over budget</span>` : null}
       ${t.stale ? html`<span class="badge stale" title="no plugin, router or watchdog input for this tree">stale: no sensor for ${t.last ? ago(Date.now() - Date.parse(t.last)) : 'ever'}</span>` : null}
       ${
-        t.refused || stopped
+        t.refused || stopped || t.overBudget
           ? html`<button class="resume" disabled=${busy} onClick=${resume} aria-label=${`Resume tree ${t.root}`}>Resume</button>`
           : null
       }
@@ -107,12 +111,14 @@ function Row({
   depth,
   stale,
   series,
+  budgets,
   onOpen,
 }: {
   row: AdminRow;
   depth: number;
   stale: boolean;
   series: string[];
+  budgets: boolean;
   onOpen: (id: string) => void;
 }) {
   const plugin = row.plugin_live && !stale ? 'live' : row.plugin_version ? 'stale' : 'none';
@@ -128,6 +134,7 @@ function Row({
     <td>${row.stage}${row.refused && !stale ? ' refused' : ''}</td>
     <td class="num">${row.turns_since_landed ?? '-'}</td>
     <td class="num">${row.usd_since_landed === undefined ? '-' : usd(row.usd_since_landed)}</td>
+    ${budgets ? html`<td class=${`budget budget-${row.budget_level ?? 'none'}`} title="the tightest budget today">${row.budget ?? '-'}</td>` : null}
     <td title=${row.top_target ?? ''}>${row.top_target ? `${short(row.top_target, 40)} x${row.top_count}` : '-'}</td>
     <td>${row.models.length ? row.models.map((m) => html`<div>${short(m, 24)}</div>`) : '-'}</td>
     <td class=${`plugin-${plugin}`}>${plugin}</td>
@@ -158,6 +165,8 @@ export function SessionsView({ onChange }: { onChange: () => void }) {
   };
   const ts = trees(S.sessions.values(), Date.now(), S.meta?.stale_after_ms);
   const series = seriesNames(S.sessions.values());
+  // Budgets (the money detector's column) show only when a ceiling is set.
+  const budgets = [...S.sessions.values()].some((r) => r.budget !== undefined);
   const failures = S.deliveries.filter((d) => d.outcome === 'failed').slice(0, 10);
   return html`<section aria-labelledby="h-sessions">
     <h2 id="h-sessions">Sessions</h2>
@@ -165,14 +174,15 @@ export function SessionsView({ onChange }: { onChange: () => void }) {
     <table class="grid" id="sessions">
       <thead><tr>
         <th scope="col">session</th><th scope="col">agent</th><th scope="col">parent</th><th scope="col">verdict</th>
-        <th scope="col">stage</th><th scope="col">turns</th><th scope="col">$ since landed</th><th scope="col">top repeated</th>
+        <th scope="col">stage</th><th scope="col">turns</th><th scope="col">$ since landed</th>
+        ${budgets ? html`<th scope="col">budget</th>` : null}<th scope="col">top repeated</th>
         <th scope="col">models</th><th scope="col">plugin</th><th scope="col">last event</th><th scope="col">detectors</th>
         ${series.map((n) => html`<th scope="col" title=${n}>${seriesLabel(n)}</th>`)}
       </tr></thead>
       ${ts.map(
         (t) => html`<tbody key=${t.root}>
-          <${TreeHead} t=${t} cols=${12 + series.length} onChange=${onChange} />
-          ${t.rows.map((r) => html`<${Row} key=${r.row.session} row=${r.row} depth=${r.depth} stale=${t.stale} series=${series} onOpen=${load} />`)}
+          <${TreeHead} t=${t} cols=${12 + (budgets ? 1 : 0) + series.length} onChange=${onChange} />
+          ${t.rows.map((r) => html`<${Row} key=${r.row.session} row=${r.row} depth=${r.depth} stale=${t.stale} series=${series} budgets=${budgets} onOpen=${load} />`)}
         </tbody>`,
       )}
     </table>
