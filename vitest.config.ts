@@ -6,7 +6,10 @@ import { defineConfig } from 'vitest/config';
 //   (VIGIL_TEST_TIER, read by backends() in test/helpers). `npm run test:unit`.
 // - redis: the Redis cases of the suites listed in REDIS (the real Redis at
 //   VIGIL_TEST_REDIS_URL, default 127.0.0.1:6379). A test checks the list is complete.
-// - e2e: suites that start real processes (opencode, vigil serve, npm, a browser).
+// - e2e: suites that start real processes (opencode, vigil serve, npm, a browser). Its
+//   global setup installs the agent CLIs into a cache on the first run (test/helpers/agents.ts).
+// A suite that needs a program from outside the repo (chromium, an agent CLI, redis-server)
+// is skipped with one line when it is missing, and fails where CI is set (test/helpers/external.ts).
 // The machines have 2 cores, so files run with limited parallelism and generous timeouts.
 
 export const REDIS = [
@@ -17,6 +20,7 @@ export const REDIS = [
   'detectors/no-progress/no-progress.detector.test.ts',
   'modes/modes.test.ts',
   'service/server.test.ts',
+  'test/redis-topologies.test.ts',
 ];
 export const E2E = ['test/**/*.e2e.test.ts', '**/*.browser.test.ts'];
 const ALL = ['{core,detectors,channels,modes,opencode,service,cli,test}/**/*.test.ts'];
@@ -36,7 +40,7 @@ export default defineConfig({
         test: { name: 'unit', include: ALL, exclude: [...E2E, '**/node_modules/**'], env: { VIGIL_TEST_TIER: 'unit' } },
       },
       { extends: true, test: { name: 'redis', include: REDIS, env: { VIGIL_TEST_TIER: 'redis' } } },
-      { extends: true, test: { name: 'e2e', include: E2E } },
+      { extends: true, test: { name: 'e2e', include: E2E, globalSetup: ['./test/agents.setup.ts'] } },
     ],
   },
 });

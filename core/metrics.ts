@@ -76,6 +76,8 @@ export class Metrics {
   });
   readonly queueDepth: Gauge;
   readonly queueOldest: Gauge;
+  readonly storeUp: Gauge;
+  readonly watchdogTick: Gauge;
   private processMetrics = false;
   /** Labelled children resolved once: the hot path does no label hashing. */
   private readonly byKind = new Map<string, Counter.Internal>();
@@ -111,7 +113,13 @@ export class Metrics {
    * `depth`: jobs waiting, delayed or running. `oldest`: the time (epoch ms) of the
    * oldest such job's alert, when the queue can tell; `now` for its age.
    */
-  constructor(depth: () => Promise<number>, oldest?: () => Promise<number | undefined>, now: () => number = Date.now) {
+  constructor(
+    depth: () => Promise<number>,
+    oldest?: () => Promise<number | undefined>,
+    now: () => number = Date.now,
+    /** `up`: whether the store answers; `watchdog`: the time (epoch ms) of the watchdog's last tick, when one reported. */
+    more: { up?: () => Promise<boolean>; watchdog?: () => Promise<number | undefined> } = {},
+  ) {
     this.queueDepth = new Gauge({
       name: 'vigil_alert_queue_depth',
       help: 'Alert deliveries waiting, delayed or running',
@@ -128,6 +136,25 @@ export class Metrics {
         if (!oldest) return;
         const at = await oldest().catch(() => undefined);
         this.set(at === undefined ? 0 : Math.max(0, now() - at) / 1000);
+      },
+    });
+    // The two an operator alerts on besides deliveries: Redis gone, and the watchdog silent.
+    this.storeUp = new Gauge({
+      name: 'vigil_store_up',
+      help: 'Whether the store answers: 1, or 0 when Redis does not (the memory backend is always 1)',
+      registers: [this.registry],
+      async collect() {
+        if (more.up) this.set((await more.up().catch(() => false)) ? 1 : 0);
+      },
+    });
+    this.watchdogTick = new Gauge({
+      name: 'vigil_watchdog_last_tick_timestamp_seconds',
+      help: "Time of the watchdog's last tick as it reported it (unix seconds; 0 before any report)",
+      registers: [this.registry],
+      async collect() {
+        if (!more.watchdog) return;
+        const at = await more.watchdog().catch(() => undefined);
+        this.set(at === undefined ? 0 : at / 1000);
       },
     });
   }

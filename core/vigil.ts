@@ -155,6 +155,12 @@ export class Vigil {
       () => queue.depth(),
       () => queue.oldestAt(),
       () => clock.now(),
+      {
+        up: () => store.ping(),
+        // another instance may have taken the heartbeat: the store has the last one
+        watchdog: async () =>
+          (this.health.watchdog ?? (await store.get<{ last_tick_at: number }>(keys.watchdog)))?.last_tick_at,
+      },
     );
     c.register(TOKENS.Metrics, { useValue: this.metrics });
     this.tree = new SessionTree(store, clock);

@@ -3,7 +3,9 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, http, type Proc, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
-import { cleanEnv, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { cleanEnv, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // Session hygiene against the real opencode-ai 1.18.33 with the installed plugin and
 // `vigil serve` (acting mode, small first_token_timeout and tick). A scripted model
@@ -132,7 +134,7 @@ afterAll(async () => {
   await lab?.stop();
 }, 60_000);
 
-describe('session hygiene against opencode 1.18.33', () => {
+describe.runIf(HAVE_OPENCODE)('session hygiene against opencode 1.18.33', () => {
   it('a resumed session whose model answers raises nothing', async () => {
     const id = await session('resume-ok', 'RESUME-OK: first question');
     const r = await http(

@@ -4,7 +4,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
-import { cleanEnv, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { cleanEnv, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // The opencode plugin end to end, against the real opencode-ai 1.18.33 (the
 // devDependency's binary) and a scripted fake model (test/fixtures/opencode-e2e/, from
@@ -189,7 +191,7 @@ afterAll(async () => {
   await lab?.stop();
 }, 60_000);
 
-describe('the opencode plugin against opencode 1.18.33', () => {
+describe.runIf(HAVE_OPENCODE)('the opencode plugin against opencode 1.18.33', () => {
   it('keeps a healthy session ok: edits with diffs, a test that passes after failing, a commit', async () => {
     const { id, messages } = await runSession('healthy', 'HEALTHY: fix add() so test.sh passes');
     const calls = toolCalls(messages);

@@ -6,7 +6,9 @@ import type { Vigil } from '../core/vigil.ts';
 import { estimateTokens, vigilGate } from '../service/router.ts';
 import { http, until } from './fixtures/opencode-e2e/procs.ts';
 import { testVigil } from './helpers/index.ts';
-import { type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // The `overflow` context-limit mechanism (modes.auto_limit_context.mechanism) against
 // the real opencode 1.18.33: a fastify router embedding the Vigil gate sits between
@@ -85,7 +87,7 @@ interface Part {
   text?: string;
 }
 
-describe('mechanism (b): a context-overflow error from the router gate', () => {
+describe.runIf(HAVE_OPENCODE)('mechanism (b): a context-overflow error from the router gate', () => {
   it('makes opencode 1.18.33 compact on its own and continue below the cap', async () => {
     const id = await lab.runSession('overflow', 'Read big.txt until you know it.');
     const messages = await until(

@@ -5,8 +5,10 @@ import { join } from 'node:path';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
-import { cleanEnv, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { cleanEnv, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
 import { type WireServer, wireServer } from './helpers/wire-servers.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // auto_recover's stages end to end, against the real opencode-ai 1.18.33 with the
 // scripted fake model, `vigil serve` and the installed plugin, and no router: the plugin
@@ -216,7 +218,7 @@ afterAll(async () => {
   await hook?.close();
 }, 60_000);
 
-describe('auto_recover stages against opencode 1.18.33', () => {
+describe.runIf(HAVE_OPENCODE)('auto_recover stages against opencode 1.18.33', () => {
   let healthy = '';
 
   it('a healthy session triggers nothing', async () => {

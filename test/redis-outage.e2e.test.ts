@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
 import { vigilGate } from '../service/router.ts';
 import { type App, buildServer } from '../service/server.ts';
+import { needsRedisServer } from './helpers/external.ts';
 import { testVigil } from './helpers/index.ts';
 import { TestRedis } from './helpers/redis-server.ts';
 
@@ -13,7 +14,7 @@ import { TestRedis } from './helpers/redis-server.ts';
 // fails open (gate.on_error: allow), counted, so the model path never stops. When
 // Redis is back, everything works again.
 
-describe('a Redis outage', () => {
+describe.runIf(needsRedisServer(import.meta.filename))('a Redis outage', () => {
   let redis: TestRedis;
   let vigil: Vigil;
   let app: App;
@@ -64,10 +65,14 @@ describe('a Redis outage', () => {
     ts: Date.now(),
   });
 
+  const storeUp = async () =>
+    /^vigil_store_up (\S+)$/m.exec((await app.inject({ method: 'GET', url: '/metrics' })).body)?.[1];
+
   it('up: health ok, ingestion 202, the gate allows', async () => {
     expect((await app.inject({ method: 'GET', url: '/health' })).json()).toMatchObject({ ok: true, redis: 'up' });
     expect((await app.inject({ method: 'POST', url: '/progress', payload: event(1) })).statusCode).toBe(202);
     expect((await chat()).statusCode).toBe(200);
+    expect(await storeUp()).toBe('1');
   });
 
   it('down: health says so within a second; ingestion 503 with Retry-After; the router keeps serving', async () => {
@@ -84,6 +89,8 @@ describe('a Redis outage', () => {
     expect(progress.statusCode).toBe(503);
     expect(progress.headers['retry-after']).toBe('5');
     expect(progress.json()).toMatchObject({ code: 'STORE_UNAVAILABLE' });
+    // what the VigilRedisDown rule of deploy/prometheus/ reads
+    expect(await storeUp()).toBe('0');
 
     const before = (await vigil.metrics.gateErrors.get()).values.reduce((n, v) => n + v.value, 0);
     t0 = Date.now();
@@ -103,5 +110,6 @@ describe('a Redis outage', () => {
     for (let i = 0; i < 100 && !(await ok()); i++) await new Promise((r) => setTimeout(r, 100));
     expect(await ok()).toBe(true);
     expect((await app.inject({ method: 'POST', url: '/progress', payload: event(3) })).statusCode).toBe(202);
+    expect(await storeUp()).toBe('1');
   });
 });

@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
 import { buildServer } from '../service/server.ts';
 import { freePort, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
+import { needsRedisServer } from './helpers/external.ts';
 import { tempDir, testVigil } from './helpers/index.ts';
 import { fakeOpencode, ocMessages, ocSession } from './helpers/opencode.ts';
 import { TestRedis } from './helpers/redis-server.ts';
@@ -288,7 +289,7 @@ describe('a Slack webhook URL quoted back by the receiver', () => {
   }, 90_000);
 });
 
-describe('a wrong Redis password', () => {
+describe.runIf(needsRedisServer(import.meta.filename))('a wrong Redis password', () => {
   function vigil(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; out: string; err: string }> {
     return new Promise((r) =>
       execFile(

@@ -8,8 +8,11 @@ import type { NoProgressDetector } from '../detectors/no-progress/no-progress.de
 import { readState } from '../opencode/watchdog/state.ts';
 import { runTick } from '../opencode/watchdog/tick.ts';
 import { buildServer } from '../service/server.ts';
+import { needsSqlite3 } from './helpers/external.ts';
 import { behaviour, recordingPlugin, tempDir, testVigil } from './helpers/index.ts';
-import { type FakeServer, fakeOllama, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { type FakeServer, fakeOllama, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // The watchdog against a REAL `opencode serve` 1.18.33 (scripted fake model, offline,
 // isolated dirs, no plugin): one session loops (40 reads of one file), one is healthy
@@ -128,7 +131,7 @@ function config(watchdog: Record<string, unknown>) {
 type Row = { session: string; verdict: string; source: string; agent: string | null };
 const rows = async () => (await (await fetch(`${serviceUrl}/sessions`)).json()) as Row[];
 
-describe('the watchdog against opencode 1.18.33', () => {
+describe.runIf(HAVE_OPENCODE)('the watchdog against opencode 1.18.33', () => {
   it('a healthy-only tick: the session is judged ok, nothing is reported, no model call', async () => {
     writeFileSync(join(dir, 'rc-servers.json'), JSON.stringify([{ serverUrl: lab.url }]));
     healthy = await lab.runSession('healthy', 'HEALTHY: fix add() so test.sh passes');
@@ -205,7 +208,8 @@ describe('the watchdog against opencode 1.18.33', () => {
     expect(r.reported.map((v) => v.session_id)).toEqual([loop]);
   }, 60_000);
 
-  it('with no server answering, it reads the same sessions from opencode.db (read-only)', async () => {
+  it('with no server answering, it reads the same sessions from opencode.db (read-only)', async (ctx) => {
+    if (!needsSqlite3(import.meta.filename)) return ctx.skip();
     const r = await runTick({
       config: config({
         rc_servers_file: join(dir, 'none.json'),

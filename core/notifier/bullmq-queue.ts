@@ -1,13 +1,18 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue, UnrecoverableError, Worker } from 'bullmq';
-import { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
+import { parseRedisUrl, type RedisTarget, redisClient } from '../store/redis-connect.ts';
 import type { Deliverer, DeliverJob } from './deliverer.ts';
 import type { AlertQueue, QueueTiming } from './queue.ts';
 
 export interface BullQueueOptions extends QueueTiming {
+  /** The store's URL: one server, a cluster or a Sentinel-managed primary (core/store/redis-connect.ts). */
   url: string;
-  /** Key prefix (BullMQ's own `prefix`; ioredis keyPrefix is not supported by BullMQ). */
+  /**
+   * Key prefix (BullMQ's own `prefix`; ioredis keyPrefix is not supported by BullMQ).
+   * On a cluster it carries the store's hash tag, so every queue's keys share one slot.
+   */
   prefix: string;
   logger: Logger;
 }
@@ -38,13 +43,15 @@ const OLDEST_SCAN = 50;
 
 export class BullQueue implements AlertQueue {
   readonly kind = 'bullmq' as const;
-  private readonly producer: Redis;
+  private readonly producer: Redis | Cluster;
   private readonly queues = new Map<string, Queue>();
   private readonly workers: Worker[] = [];
+  private readonly target: RedisTarget;
 
   constructor(private readonly o: BullQueueOptions) {
+    this.target = parseRedisUrl(o.url);
     // Producers fail fast when Redis is down instead of buffering forever.
-    this.producer = new Redis(o.url, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
+    this.producer = redisClient(this.target, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
     this.producer.on('error', (err) => o.logger.warn({ err: err.message }, 'redis (queue producer) error'));
   }
 
@@ -93,7 +100,7 @@ export class BullQueue implements AlertQueue {
         {
           // The delay the deliverer chose (backoff with jitter, or the provider's Retry-After).
           settings: { backoffStrategy: (_n, _type, err) => (err instanceof RetryLater ? err.delayMs : 1_000) },
-          connection: new Redis(this.o.url, { maxRetriesPerRequest: null }),
+          connection: redisClient(this.target, { maxRetriesPerRequest: null }),
           prefix: this.o.prefix,
           concurrency: this.o.concurrency,
           lockDuration: this.o.lockDurationMs,
@@ -141,7 +148,7 @@ export class BullQueue implements AlertQueue {
   async close(): Promise<void> {
     await Promise.all(this.workers.map((w) => w.close().catch(() => {})));
     for (const w of this.workers) {
-      const c = (w as unknown as { opts: { connection: Redis } }).opts.connection;
+      const c = (w as unknown as { opts: { connection: Redis | Cluster } }).opts.connection;
       c?.disconnect?.();
     }
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => {})));

@@ -1,7 +1,8 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
+import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
 import {
   type AdmitRequest,
   type AdmitResult,
@@ -109,6 +110,7 @@ type Commands = {
 };
 
 export interface RedisStoreOptions {
+  /** One server, a cluster or a Sentinel-managed primary: the forms of core/store/redis-connect.ts. */
   url: string;
   /** Namespace for every key; a test run uses its own and deletes it after. */
   prefix: string;
@@ -117,8 +119,9 @@ export interface RedisStoreOptions {
   redisOptions?: RedisOptions;
 }
 
+// (the last line: a cluster between failover and settling, no Sentinel answering)
 const DOWN =
-  /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest/;
+  /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest|CLUSTERDOWN|TRYAGAIN|slots cache|startup nodes|sentinels are unreachable/;
 
 /** Redis refusing the password or the user: it answers, so it is not "down". */
 const AUTH = /WRONGPASS|NOAUTH|invalid password|invalid username-password/;
@@ -166,7 +169,7 @@ const GUARDED = [
 
 export class RedisStore implements Store {
   readonly backend = 'redis' as const;
-  readonly client: Redis & Commands;
+  readonly client: (Redis | Cluster) & Commands;
   private readonly p: string;
   private seq = 0;
   /**
@@ -180,8 +183,10 @@ export class RedisStore implements Store {
 
   constructor(opts: RedisStoreOptions) {
     this.p = `${opts.prefix}:`;
+    const target = parseRedisUrl(opts.url);
+    checkPrefix(target, opts.prefix);
     // Fail fast when Redis is down: one reconnect try per command, and a command timeout.
-    const client = new Redis(opts.url, {
+    const client = redisClient(target, {
       maxRetriesPerRequest: 1,
       commandTimeout: opts.timeoutMs ?? 1_000,
       connectTimeout: 2_000,
@@ -196,7 +201,7 @@ export class RedisStore implements Store {
     client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
-    this.client = client as Redis & Commands;
+    this.client = client as (Redis | Cluster) & Commands;
     // Every store method turns a Redis that does not answer into STORE_UNAVAILABLE.
     for (const m of GUARDED) {
       const f = (this[m] as (...a: unknown[]) => Promise<unknown>).bind(this);
@@ -400,13 +405,22 @@ export class RedisStore implements Store {
 
   async keys(prefix: string): Promise<string[]> {
     const out: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await this.client.scan(cursor, 'MATCH', `${this.p}${prefix}*`, 'COUNT', 500);
-      cursor = next;
+    await this.scan(`${this.p}${prefix}*`, async (batch) => {
       for (const k of batch) out.push(k.slice(this.p.length));
-    } while (cursor !== '0');
+    });
     return out;
+  }
+
+  /** SCAN on every primary (a cluster's keys are spread over its nodes). */
+  private async scan(match: string, each: (batch: string[]) => Promise<void>): Promise<void> {
+    for (const node of primaries(this.client)) {
+      let cursor = '0';
+      do {
+        const [next, batch] = await node.scan(cursor, 'MATCH', match, 'COUNT', 500);
+        cursor = next;
+        if (batch.length) await each(batch);
+      } while (cursor !== '0');
+    }
   }
 
   /** Reachability for /health, answered within `timeoutMs` whatever Redis does. */
@@ -433,12 +447,10 @@ export class RedisStore implements Store {
 
   /** Deletes every key of this store's namespace (test cleanup). */
   async flushNamespace(): Promise<void> {
-    let cursor = '0';
-    do {
-      const [next, batch] = await this.client.scan(cursor, 'MATCH', `${this.p}*`, 'COUNT', 500);
-      cursor = next;
-      if (batch.length) await this.client.del(...batch);
-    } while (cursor !== '0');
+    // one DEL per key: keys of one node may still be in different slots
+    await this.scan(`${this.p}*`, async (batch) => {
+      await Promise.all(batch.map((k) => this.client.del(k)));
+    });
   }
 
   async close(): Promise<void> {

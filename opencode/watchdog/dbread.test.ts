@@ -1,16 +1,19 @@
 import { copyFileSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../core/logger.ts';
 import type { JudgeInput } from '../../detectors/no-progress/judge.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from '../../detectors/no-progress/knobs.ts';
 import { loadInput } from '../../detectors/no-progress/replay/inputs.ts';
+import { lit } from '../../detectors/no-progress/replay/sqlite.ts';
+import { needsSqlite3 } from '../../test/helpers/external.ts';
 import { tempDir } from '../../test/helpers/index.ts';
 import { type ListedMessage, OcDb } from '../../test/helpers/opencode-db.ts';
 import { judgeSessions, type LoadedSession } from './collect.ts';
 import { collectFromDb, type DbCache, type DbCollected, dbCachePath, readDbCache } from './dbread.ts';
+
+const SQLITE3 = needsSqlite3(import.meta.filename);
 
 // The DB fallback reads only what changed since the last tick. Over one history built
 // step by step in a real opencode.db (appends, a tool part going from running to
@@ -129,7 +132,7 @@ beforeEach(() => {
   logs = [];
 });
 afterEach(() => {
-  w.db.close();
+  w.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -137,11 +140,9 @@ const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type ===
 
 /** What the fallback did before: the replay reader over the whole DB, grouped per session, the same active rule. */
 async function wholeHistory(): Promise<LoadedSession[]> {
-  const db = new Database(path, { readonly: true });
-  const rows = db
-    .prepare('SELECT id, time_updated FROM session WHERE time_updated >= ? ORDER BY time_updated DESC LIMIT 51')
-    .all(SINCE) as { id: string; time_updated: number }[];
-  db.close();
+  const rows = w.all<{ id: string; time_updated: number }>(
+    `SELECT id, time_updated FROM session WHERE time_updated >= ${lit(SINCE)} ORDER BY time_updated DESC LIMIT 51`,
+  );
   const updated = new Map(rows.map((r) => [r.id, r.time_updated]));
   const loaded = await loadInput(path);
   const by = new Map<string, JudgeInput[]>();
@@ -161,18 +162,18 @@ async function wholeHistory(): Promise<LoadedSession[]> {
 
 /** Session hygiene as the SQL the fallback ran before (per active session). */
 function bulksBySql(ids: string[]) {
-  const db = new Database(path, { readonly: true });
-  const q = db.prepare(`SELECT
-      (SELECT COUNT(*) FROM message WHERE session_id = @id) AS messages,
-      (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM message WHERE session_id = @id) AS mb,
-      (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM part WHERE session_id = @id) AS pb,
+  const q = (id: string) =>
+    w.all<Record<string, number | null>>(`SELECT
+      (SELECT COUNT(*) FROM message WHERE session_id = ${lit(id)}) AS messages,
+      (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM message WHERE session_id = ${lit(id)}) AS mb,
+      (SELECT SUM(LENGTH(CAST(data AS BLOB))) FROM part WHERE session_id = ${lit(id)}) AS pb,
       (SELECT MAX(json_extract(data, '$.time.completed')) FROM message
-         WHERE session_id = @id AND json_extract(data, '$.role') = 'assistant') AS completed,
+         WHERE session_id = ${lit(id)} AND json_extract(data, '$.role') = 'assistant') AS completed,
       (SELECT MAX(p.time_updated) FROM part p JOIN message m ON m.id = p.message_id
-         WHERE p.session_id = @id AND json_extract(m.data, '$.role') = 'assistant'
-           AND json_extract(p.data, '$.type') IN ('text', 'tool', 'reasoning')) AS output`);
+         WHERE p.session_id = ${lit(id)} AND json_extract(m.data, '$.role') = 'assistant'
+           AND json_extract(p.data, '$.type') IN ('text', 'tool', 'reasoning')) AS output`)[0];
   const out = ids.map((id) => {
-    const r = q.get({ id }) as Record<string, number | null>;
+    const r = q(id);
     const times = [r.completed, r.output].filter((t): t is number => typeof t === 'number');
     return {
       id,
@@ -182,7 +183,6 @@ function bulksBySql(ids: string[]) {
       updated_at: times.length ? Math.max(...times) : null,
     };
   });
-  db.close();
   return out;
 }
 
@@ -220,7 +220,7 @@ const levels = (c: DbCollected) =>
   Object.fromEntries(judgeSessions(c.sessions, knobs).map((j) => [j.id.slice(4, 9), j.verdict.level]));
 const fullReads = () => logs.filter((l) => l.msg === 'watchdog: full read of a session from opencode.db');
 
-describe('watchdog DB fallback: incremental reads', () => {
+describe.runIf(SQLITE3)('watchdog DB fallback: incremental reads', () => {
   it('gives the same sessions, inputs, bulk and verdicts as a full read, step by step', async () => {
     // history: a root reading in circles, its explore child, an active other session, and one from last week
     let t = T0;
@@ -318,9 +318,9 @@ describe('watchdog DB fallback: incremental reads', () => {
     c = await tick(c.cache);
 
     // 8. revert: the root's last two messages go -> the counts disagree, a full read of the root only
-    const last = w.db
-      .prepare('SELECT id FROM message WHERE session_id = ? ORDER BY time_created DESC LIMIT 2')
-      .all(ROOT) as { id: string }[];
+    const last = w.all<{ id: string }>(
+      `SELECT id FROM message WHERE session_id = ${lit(ROOT)} ORDER BY time_created DESC LIMIT 2`,
+    );
     for (const m of last) w.deleteMessage(m.id);
     w.touch(ROOT, later(1_000));
     logs = [];
@@ -334,7 +334,9 @@ describe('watchdog DB fallback: incremental reads', () => {
 
     // a message whose time_created moves (its old place and its new one both count)
     const moved = root[3].info.id;
-    w.db.prepare('UPDATE message SET time_created = ?, time_updated = ? WHERE id = ?').run(t + 5, later(1_000), moved);
+    w.exec(
+      `UPDATE message SET time_created = ${lit(t + 5)}, time_updated = ${lit(later(1_000))} WHERE id = ${lit(moved)}`,
+    );
     w.touch(ROOT, t);
     logs = [];
     c = await tick(c.cache);
@@ -355,8 +357,7 @@ describe('watchdog DB fallback: incremental reads', () => {
     expect(fullReads()).toEqual([]);
 
     // 12. the file is replaced (a restore, a copy): every kept read is dropped
-    w.db.pragma('wal_checkpoint(TRUNCATE)');
-    w.db.close();
+    w.close();
     copyFileSync(path, join(dir, 'copy.db'));
     rmSync(`${path}-wal`, { force: true });
     rmSync(`${path}-shm`, { force: true });
@@ -384,7 +385,7 @@ describe('watchdog DB fallback: incremental reads', () => {
     // a cache of another version, or not a cache, is no cache
     expect(readDbCache(join(dir, 'missing.json'))).toBeNull();
     const bad = join(dir, 'bad.json');
-    w.db.close();
+    w.close();
     const { writeFileSync } = await import('node:fs');
     writeFileSync(bad, JSON.stringify({ ...c.cache, version: 0 }));
     expect(readDbCache(bad)).toBeNull();
@@ -400,10 +401,10 @@ describe('watchdog DB fallback: incremental reads', () => {
     for (const m of [user(T0), step(T0 + 1_000, read())]) w.message(ROOT, m);
     for (const m of [user(T0), step(T0 + 1_000, read())]) w.message(OTHER, m);
     const c0 = await collect(null);
-    const first = w.db.prepare('SELECT id FROM message WHERE session_id = ? LIMIT 1').get(ROOT) as { id: string };
-    w.db
-      .prepare("UPDATE message SET data = 'SECRET not json', time_updated = ? WHERE id = ?")
-      .run(T0 + 20_000, first.id);
+    const [first] = w.all<{ id: string }>(`SELECT id FROM message WHERE session_id = ${lit(ROOT)} LIMIT 1`);
+    w.exec(
+      `UPDATE message SET data = 'SECRET not json', time_updated = ${lit(T0 + 20_000)} WHERE id = ${lit(first.id)}`,
+    );
     const c = await collect(c0.cache);
     expect(c.issues).toEqual([`${path}: session ${ROOT}: data: unreadable row`]);
     expect(c.sessions.map((s) => s.id)).toEqual([OTHER]);

@@ -1,10 +1,10 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { type Logger, silentLogger } from '../../core/logger.ts';
 import type { JudgeInput } from '../../detectors/no-progress/judge.ts';
 import { checkInput, type DbMessageRow, type DbPartRow, dbMessage } from '../../detectors/no-progress/replay/inputs.ts';
+import { lit, SqliteReader } from '../../detectors/no-progress/replay/sqlite.ts';
 import {
   type ConvertCursor,
   type ConvertedInput,
@@ -174,7 +174,8 @@ function fileIdentity(path: string): DbCache['file'] {
 
 /**
  * Read the sessions active since `o.since` (and their descendants) from opencode.db,
- * read-only, in one read transaction; convert and keep them per message.
+ * read-only, in one read transaction (the sqlite3 command: replay/sqlite.ts); convert
+ * and keep them per message.
  */
 export async function collectFromDb(path: string, o: DbCollectOptions): Promise<DbCollected> {
   const out: DbCollected = {
@@ -187,12 +188,12 @@ export async function collectFromDb(path: string, o: DbCollectOptions): Promise<
   };
   if (!existsSync(path)) return out;
   const log = o.logger ?? silentLogger();
-  let db: Database.Database | undefined;
+  let db: SqliteReader | undefined;
   try {
     const file = fileIdentity(path);
-    db = new Database(path, { readonly: true, fileMustExist: true });
-    const conn = db;
-    conn.transaction(() => read(conn, path, file, o, log, out))();
+    db = SqliteReader.open(path);
+    await db.all('BEGIN');
+    await read(db, path, file, o, log, out);
   } catch (e) {
     const m = short(e);
     // a missing table or column is opencode's storage changing shape; anything else (locked, unreadable) is an error
@@ -200,22 +201,22 @@ export async function collectFromDb(path: string, o: DbCollectOptions): Promise<
     out.sessions = [];
     out.cache = o.cache ?? null;
   } finally {
-    db?.close();
+    await db?.close();
   }
   return out;
 }
 
-function read(
-  db: Database.Database,
+async function read(
+  db: SqliteReader,
   path: string,
   file: DbCache['file'],
   o: DbCollectOptions,
   log: Logger,
   out: DbCollected,
-): void {
-  let rows = db
-    .prepare('SELECT id, time_updated FROM session WHERE time_updated >= ? ORDER BY time_updated DESC LIMIT ?')
-    .all(o.since, o.maxSessions + 1) as ActiveRow[];
+): Promise<void> {
+  let rows = await db.all<ActiveRow>(
+    `SELECT id, time_updated FROM session WHERE time_updated >= ${lit(o.since)} ORDER BY time_updated DESC LIMIT ${lit(o.maxSessions + 1)}`,
+  );
   if (rows.length === 0) return;
   if (rows.length > o.maxSessions) {
     out.truncated = true;
@@ -223,7 +224,7 @@ function read(
   }
   const updated = new Map(rows.map((r) => [r.id, r.time_updated]));
 
-  const schema = tableSchema(db);
+  const schema = await tableSchema(db);
   let kept: Record<string, CachedSession> = {};
   const prev = o.cache ?? null;
   if (prev !== null && schema.incremental) {
@@ -242,21 +243,23 @@ function read(
   }
 
   // the active sessions and all their descendants, in the order the replay reader reads them
-  const tree = db
-    .prepare(
-      `WITH RECURSIVE tree(id) AS (
-         SELECT value FROM json_each(?)
-         UNION SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id)
-       SELECT s.id, s.parent_id, s.agent, s.directory, s.time_created
-         FROM session s JOIN tree t ON s.id = t.id ORDER BY s.time_created, s.id`,
-    )
-    .all(JSON.stringify([...updated.keys()])) as SessionRow[];
+  const tree = await db.all<SessionRow>(
+    `WITH RECURSIVE tree(id) AS (
+       SELECT value FROM json_each(${lit(JSON.stringify([...updated.keys()]))})
+       UNION SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id)
+     SELECT s.id, s.parent_id, s.agent, s.directory, s.time_created
+       FROM session s JOIN tree t ON s.id = t.id ORDER BY s.time_created, s.id`,
+  );
 
   const q = statements(db, schema);
   const next: Record<string, CachedSession> = {};
   const found: string[] = [];
-  for (const row of tree) {
-    const r = readSession(q, row, schema.incremental ? kept[row.id] : undefined, schema.incremental, log);
+  // every session's queries go out at once: the reader answers them back to back
+  const reads = await Promise.all(
+    tree.map((row) => readSession(q, row, schema.incremental ? kept[row.id] : undefined, schema.incremental, log)),
+  );
+  for (const [k, row] of tree.entries()) {
+    const r = reads[k];
     if (!r.ok) {
       if (updated.has(row.id)) found.push(r.issue);
       continue;
@@ -287,16 +290,16 @@ interface TableSchema {
   bulk: boolean;
 }
 
-function tableSchema(db: Database.Database): TableSchema {
-  const defs = db
-    .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN ('session', 'message', 'part')")
-    .all() as { name: string; sql: string | null }[];
+async function tableSchema(db: SqliteReader): Promise<TableSchema> {
+  const defs = await db.all<{ name: string; sql: string | null }>(
+    "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN ('session', 'message', 'part')",
+  );
   defs.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const key = defs.map((d) => `${d.name}:${d.sql ?? ''}`).join('\n');
-  const cols = (t: string) =>
-    new Set((db.prepare(`SELECT name FROM pragma_table_info('${t}')`).all() as { name: string }[]).map((c) => c.name));
-  const mc = cols('message');
-  const pc = cols('part');
+  const cols = async (t: string) =>
+    new Set((await db.all<{ name: string }>(`SELECT name FROM pragma_table_info('${t}')`)).map((c) => c.name));
+  const mc = await cols('message');
+  const pc = await cols('part');
   const bulk = pc.has('time_updated');
   const why = !mc.has('time_updated')
     ? 'message has no time_updated'
@@ -308,7 +311,10 @@ function tableSchema(db: Database.Database): TableSchema {
   return { key, incremental: why === undefined, bulk, ...(why ? { why } : {}) };
 }
 
-function statements(db: Database.Database, s: TableSchema) {
+type Mark3 = { n: number; top: number; fresh: number };
+
+/** The queries of a read, each one statement through the reader. */
+function statements(db: SqliteReader, s: TableSchema) {
   const tu = s.bulk ? 'time_updated' : 'NULL';
   let converted = 0;
   const q = {
@@ -317,24 +323,29 @@ function statements(db: Database.Database, s: TableSchema) {
     count: () => {
       converted++;
     },
-    all: db.prepare('SELECT id, time_created AS c, data FROM message WHERE session_id = ? ORDER BY time_created, id'),
-    from: db.prepare(
-      `SELECT id, time_created AS c, data FROM message WHERE session_id = @s
-         AND (time_created > @c OR (time_created = @c AND id >= @id)) ORDER BY time_created, id`,
-    ),
-    parts: db.prepare(
-      `SELECT id, message_id, ${tu} AS t, data FROM part WHERE message_id = ? AND session_id = ? ORDER BY id`,
-    ),
+    all: (sid: string) =>
+      db.all<MsgRow>(
+        `SELECT id, time_created AS c, data FROM message WHERE session_id = ${lit(sid)} ORDER BY time_created, id`,
+      ),
+    from: (sid: string, c: number, id: string) =>
+      db.all<MsgRow>(
+        `SELECT id, time_created AS c, data FROM message WHERE session_id = ${lit(sid)}
+           AND (time_created > ${lit(c)} OR (time_created = ${lit(c)} AND id >= ${lit(id)})) ORDER BY time_created, id`,
+      ),
+    parts: (mid: string, sid: string) =>
+      db.all<PartRow>(
+        `SELECT id, message_id, ${tu} AS t, data FROM part WHERE message_id = ${lit(mid)} AND session_id = ${lit(sid)} ORDER BY id`,
+      ),
   };
   if (!s.incremental) return { ...q, inc: undefined };
-  const mark = (t: string) =>
-    db.prepare(
-      `SELECT COUNT(*) AS n, COALESCE(MAX(rowid), 0) AS top, COALESCE(MAX(time_updated), 0) AS t FROM ${t} WHERE session_id = ?`,
-    );
-  const counts = (t: string) =>
-    db.prepare(
-      `SELECT COUNT(*) AS n, COALESCE(MAX(rowid), 0) AS top, COALESCE(SUM(rowid > @r), 0) AS fresh FROM ${t} WHERE session_id = @s`,
-    );
+  const mark = (t: string) => async (sid: string) =>
+    (await db.get<Mark>(
+      `SELECT COUNT(*) AS n, COALESCE(MAX(rowid), 0) AS top, COALESCE(MAX(time_updated), 0) AS t FROM ${t} WHERE session_id = ${lit(sid)}`,
+    )) as Mark;
+  const counts = (t: string) => async (sid: string, r: number) =>
+    (await db.get<Mark3>(
+      `SELECT COUNT(*) AS n, COALESCE(MAX(rowid), 0) AS top, COALESCE(SUM(rowid > ${lit(r)}), 0) AS fresh FROM ${t} WHERE session_id = ${lit(sid)}`,
+    )) as Mark3;
   return {
     ...q,
     inc: {
@@ -342,13 +353,18 @@ function statements(db: Database.Database, s: TableSchema) {
       markP: mark('part'),
       countM: counts('message'),
       countP: counts('part'),
-      changedM: db.prepare(
-        'SELECT id, time_created AS c, time_updated AS t FROM message WHERE session_id = @s AND (rowid > @r OR time_updated >= @t)',
-      ),
-      changedP: db.prepare(
-        'SELECT message_id AS id, time_updated AS t FROM part WHERE session_id = @s AND (rowid > @r OR time_updated >= @t)',
-      ),
-      keyOf: db.prepare('SELECT time_created AS c FROM message WHERE id = ? AND session_id = ?'),
+      changedM: (sid: string, r: number, t: number) =>
+        db.all<{ id: string; c: number; t: number }>(
+          `SELECT id, time_created AS c, time_updated AS t FROM message WHERE session_id = ${lit(sid)} AND (rowid > ${lit(r)} OR time_updated >= ${lit(t)})`,
+        ),
+      changedP: (sid: string, r: number, t: number) =>
+        db.all<{ id: string; t: number }>(
+          `SELECT message_id AS id, time_updated AS t FROM part WHERE session_id = ${lit(sid)} AND (rowid > ${lit(r)} OR time_updated >= ${lit(t)})`,
+        ),
+      keyOf: (mid: string, sid: string) =>
+        db.get<{ c: number }>(
+          `SELECT time_created AS c FROM message WHERE id = ${lit(mid)} AND session_id = ${lit(sid)}`,
+        ),
     },
   };
 }
@@ -368,38 +384,35 @@ function ocSession(row: SessionRow): OcSession {
 /** (time_created, id) order, as the replay reader's ORDER BY. */
 const before = (c1: number, id1: string, c2: number, id2: string) => c1 < c2 || (c1 === c2 && id1 < id2);
 
-function readSession(
+async function readSession(
   q: Stmts,
   row: SessionRow,
   kept: CachedSession | undefined,
   incremental: boolean,
   log: Logger,
-): SessionRead {
+): Promise<SessionRead> {
   const sid = row.id;
   try {
-    if (!incremental || q.inc === undefined) return { ok: true, kept: full(q, row), full: true };
+    if (!incremental || q.inc === undefined) return { ok: true, kept: await full(q, row), full: true };
     const i = q.inc;
     const why =
       kept === undefined ? 'first read' : kept.ctx !== ctxOf(row) ? 'session parent, agent or directory changed' : null;
     if (why !== null || kept === undefined) {
       log.debug({ session: sid, why }, 'watchdog: full read of a session from opencode.db');
-      return { ok: true, kept: full(q, row), full: true };
+      return { ok: true, kept: await full(q, row), full: true };
     }
-    const cm = i.countM.get({ s: sid, r: kept.m.top }) as { n: number; top: number; fresh: number };
-    const cp = i.countP.get({ s: sid, r: kept.p.top }) as { n: number; top: number; fresh: number };
+    const [cm, cp] = await Promise.all([i.countM(sid, kept.m.top), i.countP(sid, kept.p.top)]);
     if (cm.top < kept.m.top || cp.top < kept.p.top || cm.n !== kept.m.n + cm.fresh || cp.n !== kept.p.n + cp.fresh) {
       log.debug(
         { session: sid, why: 'rows deleted or rewritten' },
         'watchdog: full read of a session from opencode.db',
       );
-      return { ok: true, kept: full(q, row), full: true };
+      return { ok: true, kept: await full(q, row), full: true };
     }
-    const changedM = i.changedM.all({ s: sid, r: kept.m.top, t: kept.m.t - MARGIN_MS }) as {
-      id: string;
-      c: number;
-      t: number;
-    }[];
-    const changedP = i.changedP.all({ s: sid, r: kept.p.top, t: kept.p.t - MARGIN_MS }) as { id: string; t: number }[];
+    const [changedM, changedP] = await Promise.all([
+      i.changedM(sid, kept.m.top, kept.m.t - MARGIN_MS),
+      i.changedP(sid, kept.p.top, kept.p.t - MARGIN_MS),
+    ]);
     const m: Mark = { n: cm.n, top: cm.top, t: kept.m.t };
     const p: Mark = { n: cp.n, top: cp.top, t: kept.p.t };
     for (const r of changedM) if (r.t > m.t) m.t = r.t;
@@ -417,7 +430,7 @@ function readSession(
     const keys = new Map(changedM.map((r) => [r.id, r.c]));
     for (const r of changedP) {
       if (keys.has(r.id)) continue;
-      const k = i.keyOf.get(r.id, sid) as { c: number } | undefined;
+      const k = await i.keyOf(r.id, sid);
       if (k !== undefined) keys.set(r.id, k.c);
       else if (at.has(r.id)) keys.set(r.id, kept.msgs[at.get(r.id)!].c); // its message is gone: counts disagree next
     }
@@ -430,14 +443,14 @@ function readSession(
     const f: { c: number; id: string } = from;
     let start = kept.msgs.length;
     while (start > 0 && !before(kept.msgs[start - 1].c, kept.msgs[start - 1].id, f.c, f.id)) start--;
-    const rows = q.from.all({ s: sid, c: f.c, id: f.id }) as MsgRow[];
-    const msgs = convert(q, row, kept.msgs.slice(0, start), rows);
+    const rows = await q.from(sid, f.c, f.id);
+    const msgs = await convert(q, row, kept.msgs.slice(0, start), rows);
     if (msgs.length !== cm.n) {
       log.debug(
         { session: sid, why: 'message rows out of order' },
         'watchdog: full read of a session from opencode.db',
       );
-      return { ok: true, kept: full(q, row), full: true };
+      return { ok: true, kept: await full(q, row), full: true };
     }
     return { ok: true, kept: { ctx: kept.ctx, m, p, msgs }, full: false };
   } catch (e) {
@@ -448,11 +461,14 @@ function readSession(
   }
 }
 
-function full(q: Stmts, row: SessionRow): CachedSession {
+async function full(q: Stmts, row: SessionRow): Promise<CachedSession> {
   const zero: Mark = { n: 0, top: 0, t: 0 };
-  const m = q.inc ? (q.inc.markM.get(row.id) as Mark) : zero;
-  const p = q.inc ? (q.inc.markP.get(row.id) as Mark) : zero;
-  const msgs = convert(q, row, [], q.all.all(row.id) as MsgRow[]);
+  const [m, p, rows] = await Promise.all([
+    q.inc ? q.inc.markM(row.id) : zero,
+    q.inc ? q.inc.markP(row.id) : zero,
+    q.all(row.id),
+  ]);
+  const msgs = await convert(q, row, [], rows);
   return { ctx: ctxOf(row), m, p, msgs };
 }
 
@@ -474,16 +490,23 @@ function cursorAfter(kept: readonly CachedMessage[]): ConvertCursor {
 const OUTPUT_PARTS = new Set(['text', 'tool', 'reasoning']);
 
 /** Convert `rows` (messages in order, each read with its parts) after the `kept` ones. */
-function convert(q: Stmts, row: SessionRow, kept: CachedMessage[], rows: readonly MsgRow[]): CachedMessage[] {
+async function convert(
+  q: Stmts,
+  row: SessionRow,
+  kept: CachedMessage[],
+  rows: readonly MsgRow[],
+): Promise<CachedMessage[]> {
   const sid = row.id;
   const session = ocSession(row);
   const out = kept;
   let cur = cursorAfter(kept);
   let offset = 0;
   for (const k of kept) offset += k.n;
-  for (const mrow of rows) {
+  // every message's parts asked at once: the reader answers them in order
+  const allParts = await Promise.all(rows.map((mrow) => q.parts(mrow.id, sid)));
+  for (const [k, mrow] of rows.entries()) {
     q.count();
-    const parts = q.parts.all(mrow.id, sid) as PartRow[];
+    const parts = allParts[k];
     const msg = dbMessage(sid, mrow, parts);
     const inputs: ConvertedInput[] = [];
     const issues: ConvertIssue[] = [];

@@ -9,6 +9,7 @@ import type { Vigil } from '../../core/vigil.ts';
 import type { NoProgressDetector } from '../../detectors/no-progress/no-progress.detector.ts';
 import type { SessionHygieneDetector } from '../../detectors/session-hygiene/hygiene.detector.ts';
 import { buildServer } from '../../service/server.ts';
+import { needsSqlite3 } from '../../test/helpers/external.ts';
 import {
   type Behaviour,
   behaviour,
@@ -34,6 +35,8 @@ import { collectFromDb } from './dbread.ts';
 import { issueText } from './discover.ts';
 import { readState } from './state.ts';
 import { runTick } from './tick.ts';
+
+const SQLITE3 = needsSqlite3(import.meta.filename);
 
 // The tick end to end in-process: a fake opencode (shapes under the test's control), a
 // real Vigil service on 127.0.0.1:0, a fake ollama. The real-opencode run is
@@ -264,7 +267,8 @@ describe('watchdog tick', () => {
     expect(row).toMatchObject({ messages: 31 });
   });
 
-  it('reads opencode.db read-only when no server answers', async () => {
+  it('reads opencode.db read-only when no server answers', async (ctx) => {
+    if (!SQLITE3) return ctx.skip();
     const db = join(dir, 'opencode.db');
     copyFileSync(join(import.meta.dirname, '../../test/fixtures/opencode-export/opencode.db'), db);
     const before = readFileSync(db);
@@ -289,7 +293,8 @@ describe('watchdog tick', () => {
     expect(readFileSync(db).equals(before)).toBe(true);
   });
 
-  it('a later DB tick reads only what changed: the kept reads sit beside the state file', async () => {
+  it('a later DB tick reads only what changed: the kept reads sit beside the state file', async (ctx) => {
+    if (!SQLITE3) return ctx.skip();
     const db = join(dir, 'opencode.db');
     copyFileSync(join(import.meta.dirname, '../../test/fixtures/opencode-export/opencode.db'), db);
     const cfg = config(

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import { FakeClock } from '../../core/clock.ts';
 import type { Vigil } from '../../core/vigil.ts';
+import { needs, which } from '../../test/helpers/external.ts';
 import { eventually, testVigil } from '../../test/helpers/index.ts';
 import { type App, buildServer } from '../server.ts';
 import { buildAdmin } from './build.mjs';
@@ -22,6 +23,12 @@ import { LOOP_KNOBS, loopEvents } from './testkit.ts';
 const ROOT = join(import.meta.dirname, '..', '..');
 const ART = join(ROOT, '.tmp', 'artifacts', 'admin');
 const CHROMIUM = process.env.VIGIL_CHROMIUM ?? '/usr/bin/chromium';
+const HAVE_CHROMIUM = needs({
+  suite: import.meta.filename,
+  what: `chromium at ${CHROMIUM}`,
+  found: which(CHROMIUM),
+  hint: 'apt-get install -y chromium, or set VIGIL_CHROMIUM',
+});
 const TOKEN = 'adm1n-t0ken-for-the-browser-test';
 const FIRST_LOAD_BUDGET = 150 * 1024;
 
@@ -106,9 +113,6 @@ async function useToken(page: Page) {
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`no browser at ${CHROMIUM}: apt-get install -y chromium (or set VIGIL_CHROMIUM)`);
-  }
   mkdirSync(ART, { recursive: true });
   receiver = await startReceiver();
   vigil = await testVigil({
@@ -134,7 +138,7 @@ afterAll(async () => {
   receiver?.server.close();
 });
 
-describe('admin page in a browser', () => {
+describe.runIf(HAVE_CHROMIUM)('admin page in a browser', () => {
   it('Sessions: first load within budget; a loop turns looping live; the report opens on click', async () => {
     const page = await openPage(`${base}/#sessions`);
     await live(page);

@@ -1,11 +1,14 @@
-import Database from 'better-sqlite3';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { lit, sqliteCommand } from '../../detectors/no-progress/replay/sqlite.ts';
 
 // A synthetic opencode.db with opencode 1.18.33's own definitions of the tables the
 // watchdog and replay read (copied from test/fixtures/opencode-export/opencode.db), in
 // WAL mode as opencode runs it. Rows are written the way opencode writes them: an
 // upsert on the id keeps the rowid and bumps time_updated (a tool part going from
 // running to completed is one such update). For the watchdog's DB tests and
-// bench/watchdog.ts.
+// bench/watchdog.ts. Written through the sqlite3 command (as the watchdog reads), one
+// call per write or per batch(), with a connection kept open so the WAL stays.
 
 const SCHEMA = `
 CREATE TABLE \`project\` (
@@ -97,51 +100,64 @@ export interface ListedMessage {
 }
 
 export class OcDb {
-  readonly db: Database.Database;
-  private readonly stmts = new Map<string, Database.Statement>();
-
-  private q(sql: string): Database.Statement {
-    let st = this.stmts.get(sql);
-    if (st === undefined) {
-      st = this.db.prepare(sql);
-      this.stmts.set(sql, st);
-    }
-    return st;
-  }
+  /** Statements of the batch being written (batch()); undefined: each write runs at once. */
+  private pending: string[] | undefined;
+  /** A connection kept open, as opencode keeps its own: the WAL stays between writes. */
+  private keeper: ChildProcess | undefined;
 
   constructor(readonly path: string) {
-    this.db = new Database(path);
-    this.db.pragma('journal_mode = WAL');
-    const fresh = !this.db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'session'").get();
-    if (fresh) {
-      this.db.exec(SCHEMA);
-      this.db
-        .prepare(
-          "INSERT INTO project (id, worktree, time_created, time_updated, sandboxes) VALUES (?, '/work/project', 0, 0, '[]')",
-        )
-        .run(PROJECT);
-    }
+    const fresh = !existsSync(path) || this.all("SELECT 1 AS x FROM sqlite_master WHERE name = 'session'").length === 0;
+    this.run(
+      `PRAGMA journal_mode = WAL;${
+        fresh
+          ? `${SCHEMA};INSERT INTO project (id, worktree, time_created, time_updated, sandboxes) VALUES (${lit(PROJECT)}, '/work/project', 0, 0, '[]')`
+          : ''
+      }`,
+    );
+    this.keeper = spawn(sqliteCommand(), [path], { stdio: ['pipe', 'ignore', 'ignore'] });
+    this.keeper.on('error', () => {});
+    this.keeper.stdin?.on('error', () => {});
+    this.keeper.stdin?.write('SELECT count(*) FROM sqlite_master;\n');
   }
 
-  session(s: DbSession): void {
-    this.q(
-      `INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, agent, time_created, time_updated)
-         VALUES (@id, @project, @parent, 'synthetic', @directory, 'synthetic', '1.18.33', @agent, @created, @updated)
-         ON CONFLICT(id) DO UPDATE SET parent_id = excluded.parent_id, agent = excluded.agent,
-           directory = excluded.directory, time_updated = excluded.time_updated`,
-    ).run({
-      id: s.id,
-      project: PROJECT,
-      parent: s.parent ?? null,
-      directory: s.directory ?? '/work/project',
-      agent: s.agent ?? null,
-      created: s.created,
-      updated: s.updated,
+  /** Runs SQL (several statements), or adds it to the batch being written. */
+  exec(sql: string): void {
+    if (this.pending) {
+      this.pending.push(sql);
+      return;
+    }
+    this.run(`BEGIN;\n${sql};\nCOMMIT`);
+  }
+
+  private run(sql: string): void {
+    execFileSync(sqliteCommand(), ['-bail', this.path], {
+      input: `.timeout 5000\n${sql};\n`,
+      stdio: ['pipe', 'ignore', 'pipe'],
+      maxBuffer: 64 * 1024 * 1024,
     });
   }
 
+  /** Rows of one query, read as a reader would (read-only). */
+  all<T = Record<string, unknown>>(sql: string): T[] {
+    const out = execFileSync(sqliteCommand(), ['-json', '-readonly', this.path, sql], {
+      encoding: 'utf8',
+      maxBuffer: 256 * 1024 * 1024,
+    }).trim();
+    return out ? (JSON.parse(out) as T[]) : [];
+  }
+
+  session(s: DbSession): void {
+    this.exec(
+      `INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, agent, time_created, time_updated)
+         VALUES (${[s.id, PROJECT, s.parent ?? null].map(lit).join(', ')}, 'synthetic', ${lit(s.directory ?? '/work/project')},
+           'synthetic', '1.18.33', ${lit(s.agent ?? null)}, ${lit(s.created)}, ${lit(s.updated)})
+         ON CONFLICT(id) DO UPDATE SET parent_id = excluded.parent_id, agent = excluded.agent,
+           directory = excluded.directory, time_updated = excluded.time_updated`,
+    );
+  }
+
   touch(id: string, updated: number): void {
-    this.q('UPDATE session SET time_updated = ? WHERE id = ?').run(updated, id);
+    this.exec(`UPDATE session SET time_updated = ${lit(updated)} WHERE id = ${lit(id)}`);
   }
 
   /** Upsert one message and its parts (rows keep their rowid; time_updated moves to `at`). */
@@ -149,34 +165,50 @@ export class OcDb {
     const { id, sessionID: _s, ...info } = m.info;
     const created = m.info.time?.created ?? 0;
     const when = at ?? created;
-    this.q(
-      `INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?)
+    const sql = [
+      `INSERT INTO message (id, session_id, time_created, time_updated, data)
+         VALUES (${[id, sid, created, when, JSON.stringify(info)].map(lit).join(', ')})
          ON CONFLICT(id) DO UPDATE SET data = excluded.data, time_updated = excluded.time_updated`,
-    ).run(id, sid, created, when, JSON.stringify(info));
-    for (const p of m.parts) this.part(sid, id, p, when);
+      ...m.parts.map((p) => this.partSql(sid, id, p, when)),
+    ];
+    this.exec(sql.join(';\n'));
   }
 
   part(sid: string, mid: string, p: { id: string; [k: string]: unknown }, at: number): void {
+    this.exec(this.partSql(sid, mid, p, at));
+  }
+
+  private partSql(sid: string, mid: string, p: { id: string; [k: string]: unknown }, at: number): string {
     const { id, sessionID: _s, messageID: _m, ...data } = p;
-    this.q(
-      `INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT(id) DO UPDATE SET data = excluded.data, time_updated = excluded.time_updated`,
-    ).run(id, mid, sid, at, at, JSON.stringify(data));
+    return `INSERT INTO part (id, message_id, session_id, time_created, time_updated, data)
+         VALUES (${[id, mid, sid, at, at, JSON.stringify(data)].map(lit).join(', ')})
+         ON CONFLICT(id) DO UPDATE SET data = excluded.data, time_updated = excluded.time_updated`;
   }
 
   /** opencode's revert: the message and its parts go. */
   deleteMessage(id: string): void {
-    this.q('DELETE FROM part WHERE message_id = ?').run(id);
-    this.q('DELETE FROM message WHERE id = ?').run(id);
+    this.exec(`DELETE FROM part WHERE message_id = ${lit(id)};\nDELETE FROM message WHERE id = ${lit(id)}`);
   }
 
   /** Many writes as one transaction (a bench builds thousands of sessions). */
   batch(fn: () => void): void {
-    this.db.transaction(fn)();
+    const outer = this.pending === undefined;
+    this.pending ??= [];
+    try {
+      fn();
+    } finally {
+      if (outer) {
+        const sql = this.pending.join(';\n');
+        this.pending = undefined;
+        if (sql) this.exec(sql);
+      }
+    }
   }
 
+  /** The WAL checkpointed into the file (as opencode leaves it when it exits), the kept connection closed. */
   close(): void {
-    this.db.pragma('wal_checkpoint(TRUNCATE)');
-    this.db.close();
+    this.keeper?.kill('SIGKILL');
+    this.keeper = undefined;
+    this.run('PRAGMA wal_checkpoint(TRUNCATE)');
   }
 }

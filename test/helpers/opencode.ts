@@ -5,9 +5,12 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, http, type Proc, startProc, stopProc, until } from '../fixtures/opencode-e2e/procs.ts';
+import { AGENTS, agentBin, agentCache } from './agents.ts';
+import { needs } from './external.ts';
 
 // Test harnesses for the watchdog and other end-to-end suites:
-// - startOpencode: a REAL `opencode serve` (the opencode-ai devDependency, 1.18.33) with
+// - startOpencode: a REAL `opencode serve` (opencode-ai 1.18.33 from the agent cache,
+//   installed by the e2e tier's global setup: test/helpers/agents.ts) with
 //   the scripted fake model of test/fixtures/opencode-e2e/, offline, isolated XDG and
 //   TMPDIR dirs, seeded plugin-dependency stubs (no npm at start) and no plugin;
 // - fakeOpencode: a small HTTP server answering the routes the watchdog reads, with
@@ -16,9 +19,20 @@ import { freePort, http, type Proc, startProc, stopProc, until } from '../fixtur
 // Every process runs in its own process group and is stopped by stop(); temp dirs go too.
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const OPENCODE = join(ROOT, 'node_modules', '.bin', 'opencode');
 const FAKE_MODEL = join(ROOT, 'test', 'fixtures', 'opencode-e2e', 'fake-model.mjs');
-export const OC_VERSION = '1.18.33';
+export const OC_VERSION = AGENTS.opencode.version;
+
+/**
+ * The opencode binary for a suite that starts it, or undefined (the suite skips, with
+ * one line; CI fails): `describe.runIf(needsOpencode(import.meta.filename))`.
+ */
+export const needsOpencode = (suite: string): string | undefined =>
+  needs({
+    suite,
+    what: `opencode ${OC_VERSION} in ${agentCache()}`,
+    found: agentBin(AGENTS.opencode),
+    hint: 'the e2e tier installs it on its first run: npx vitest run --project e2e',
+  });
 
 export interface OpencodeLab {
   url: string;
@@ -144,7 +158,9 @@ export async function startOpencode(o: {
     await o.beforeStart?.(dirs);
     const port = await freePort(); // explicit: --port 0 means 4096 when free
     const url = `http://127.0.0.1:${port}`;
-    const oc = startProc('opencode', OPENCODE, ['serve', '--hostname', '127.0.0.1', '--port', String(port)], {
+    const bin = agentBin(AGENTS.opencode);
+    if (!bin) throw new Error(`no opencode ${OC_VERSION} in ${agentCache()} (the e2e tier's global setup installs it)`);
+    const oc = startProc('opencode', bin, ['serve', '--hostname', '127.0.0.1', '--port', String(port)], {
       cwd: project,
       env: {
         ...cleanEnv(),

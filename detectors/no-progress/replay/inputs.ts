@@ -2,12 +2,12 @@ import { closeSync, createReadStream, existsSync, openSync, readSync, statSync }
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import Database from 'better-sqlite3';
 import type { z } from 'zod';
 import { ProgressEventSchema, RequestRecordSchema } from '../../../core/wire.ts';
 import { type OcSession, sessionToInputs } from '../../../opencode/convert.ts';
 import type { JudgeInput } from '../judge.ts';
 import { fastInput } from './fastline.ts';
+import { lit, SqliteReader } from './sqlite.ts';
 
 // The three inputs `vigil replay INPUT` reads, all turned into judge inputs in replay
 // order. A bad record is reported (where + field + message) and skipped; the rest goes
@@ -119,7 +119,7 @@ export async function eachInput(
 ): Promise<StreamedInput> {
   const kind = detectKind(path);
   if (kind === 'jsonl') return streamJsonl(path, each, opts);
-  const loaded = kind === 'folder' ? await loadFolder(path, opts) : loadSqlite(path, opts);
+  const loaded = kind === 'folder' ? await loadFolder(path, opts) : await loadSqlite(path, opts);
   for (const i of loaded.inputs) each(i);
   return {
     kind,
@@ -371,29 +371,34 @@ export function dbMessage(
   };
 }
 
-function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
+async function loadSqlite(path: string, opts: LoadOptions): Promise<LoadedInput> {
   const out: LoadedInput = { kind: 'sqlite', inputs: [], issues: [], sessions: new Map() };
   const timed: Timed[] = [];
-  const db = new Database(path, { readonly: true, fileMustExist: true });
+  // one read transaction through the sqlite3 command (sqlite.ts)
+  const db = SqliteReader.open(path);
   try {
-    const sessions = db
-      .prepare('SELECT id, parent_id, agent, directory, time_created FROM session ORDER BY time_created, id')
-      .all() as SessionRow[];
-    const msgs = db.prepare('SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id');
-    const parts = db.prepare('SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id');
+    await db.all('BEGIN');
+    const sessions = await db.all<SessionRow>(
+      'SELECT id, parent_id, agent, directory, time_created FROM session ORDER BY time_created, id',
+    );
+    const msgs = (sid: string) =>
+      db.all<DbMessageRow>(`SELECT id, data FROM message WHERE session_id = ${lit(sid)} ORDER BY time_created, id`);
+    const parts = (sid: string) =>
+      db.all<DbPartRow>(`SELECT id, message_id, data FROM part WHERE session_id = ${lit(sid)} ORDER BY message_id, id`);
     let done = 0;
     for (const row of sessions) {
       opts.onProgress?.(++done, sessions.length);
       const where = `session ${row.id}`;
       const byMessage = new Map<string, DbPartRow[]>();
       const messages: unknown[] = [];
+      const [partRows, msgRows] = await Promise.all([parts(row.id), msgs(row.id)]);
       try {
-        for (const p of parts.iterate(row.id) as Iterable<DbPartRow>) {
+        for (const p of partRows) {
           const list = byMessage.get(p.message_id);
           if (list === undefined) byMessage.set(p.message_id, [p]);
           else list.push(p);
         }
-        for (const m of msgs.iterate(row.id) as Iterable<DbMessageRow>) {
+        for (const m of msgRows) {
           messages.push(dbMessage(row.id, m, byMessage.get(m.id) ?? []));
         }
       } catch (e) {
@@ -411,7 +416,7 @@ function loadSqlite(path: string, opts: LoadOptions): LoadedInput {
       convertSession(out, timed, s, messages, where, opts);
     }
   } finally {
-    db.close();
+    await db.close();
   }
   return finish(out, timed);
 }

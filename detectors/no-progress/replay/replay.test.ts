@@ -4,10 +4,13 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { replay as replayCommand } from '../../../cli/replay.ts';
 import { generateCalibration, toJsonl } from '../../../test/fixtures/calibration.ts';
+import { needsSqlite3 } from '../../../test/helpers/external.ts';
 import { LEVELS, Tracker } from '../judge.ts';
 import { defaultKnobs } from '../knobs.ts';
 import { detectKind, eachInput, loadInput, parseLine } from './inputs.ts';
 import { DEFAULT_SWEEP, replayLoaded, runReplay, runSweep, score, sweepGrid } from './replay.ts';
+
+const SQLITE3 = needsSqlite3(import.meta.filename);
 
 const EXPORT = join(import.meta.dirname, '../../../test/fixtures/opencode-export');
 const ROOT = 'ses_dd3c1f1ffffe6w37wujp0POfVN';
@@ -171,7 +174,7 @@ describe('streaming', () => {
   });
 });
 
-describe('replay of a real opencode 1.18.33 export', () => {
+describe.runIf(SQLITE3)('replay of a real opencode 1.18.33 export', () => {
   it('detects the input kind', () => {
     expect(detectKind(EXPORT)).toBe('folder');
     expect(detectKind(join(EXPORT, 'opencode.db'))).toBe('sqlite');
