@@ -6,7 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { http, until } from './fixtures/opencode-e2e/procs.ts';
-import { type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+
+const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 
 // The README's "Embed it in a router", end to end with real traffic: the example router
 // (test/fixtures/readme-router.ts, the README block verbatim: test/readme.test.ts) sits
@@ -170,7 +172,7 @@ afterAll(async () => {
   }
 }, 60_000);
 
-describe('README: the router embedding Vigil, with opencode 1.18.33 streaming through it', () => {
+describe.runIf(HAVE_OPENCODE)('README: the router embedding Vigil, with opencode 1.18.33 streaming through it', () => {
   it('flags the looping worker with its model and streamed spend, refuses it with a 429 while another tree passes', async () => {
     const s = await http<{ id: string }>('POST', `${lab.url}/session`, { title: 'orchestrator' });
     const root = s.data.id;
