@@ -2,6 +2,7 @@ import { desktopPlugin } from './channels/desktop/index.ts';
 import { pagerdutyPlugin } from './channels/pagerduty/index.ts';
 import { twilioPlugin } from './channels/twilio/index.ts';
 import { webhookPlugin } from './channels/webhook/index.ts';
+import type { AgentInstaller } from './core/installer.ts';
 import { Registry } from './core/registry.ts';
 import { behaviorBreakerPlugin } from './detectors/behavior-breaker/index.ts';
 import { moneyPlugin } from './detectors/money/index.ts';
@@ -11,6 +12,7 @@ import { autoCompactPlugin } from './modes/auto-compact/index.ts';
 import { autoLimitContextPlugin } from './modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from './modes/auto-recover/index.ts';
 import { warnPlugin } from './modes/warn/index.ts';
+import { opencodeInstaller } from './opencode/plugin/installer.ts';
 import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
 
 // The composition root: the one list of what ships with Vigil. The kernel (core/)
@@ -35,3 +37,6 @@ export function createRegistry(): Registry {
     .section('local_compute', LocalComputeSchema)
     .section('watchdog', WatchdogSchema);
 }
+
+/** The sensors' installers: `vigil install <agent>` and `vigil uninstall <agent>`, one per agent. */
+export const installers: readonly AgentInstaller<any>[] = [opencodeInstaller];

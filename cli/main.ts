@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import { Command, CommanderError } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
-import { createRegistry } from '../builtins.ts';
+import { createRegistry, installers } from '../builtins.ts';
 import { ConfigError, displayConfig, type Explained, type Layer, loadConfigWithPlugins } from '../core/config.ts';
 import { duration } from '../core/duration.ts';
 import { isAppError } from '../core/errors.ts';
@@ -11,7 +11,9 @@ import { VERSION } from '../core/paths.ts';
 import type { ChannelStatus } from '../core/vigil.ts';
 import { inspectConfig } from '../core/vigil.ts';
 import { createVigil } from '../index.ts';
+import { parseArgs } from './args.ts';
 import { completionScript } from './completion.ts';
+import { installCommands } from './install.ts';
 import { ago, call, cut, DEFAULT_URL, type Remote, table, when } from './remote.ts';
 
 export interface Io {
@@ -20,23 +22,6 @@ export interface Io {
   /** Whether stderr is a terminal (progress bars). */
   tty?: boolean;
   env?: NodeJS.ProcessEnv;
-}
-
-// Every command validates its arguments with zod and names the bad one.
-function parseArgs<T extends z.ZodType>(schema: T, raw: unknown, cmd: string): z.output<T> {
-  const r = schema.safeParse(raw);
-  if (!r.success) {
-    const msg = r.error.issues
-      .map((i) => {
-        const key = String(i.path[0] ?? '?');
-        // Environment variables keep their name; options are shown as written.
-        const name = /^[A-Z_]+$/.test(key) ? key : `--${key.replace(/_/g, '-')}`;
-        return `${name}: ${i.message}`;
-      })
-      .join('\n  ');
-    throw new CommanderError(2, 'vigil.args', `${cmd}: invalid arguments:\n  ${msg}`);
-  }
-  return r.data;
 }
 
 const ConfigArg = z.string().min(1).optional();
@@ -274,6 +259,8 @@ export function buildProgram(io: Io = defaultIo()): Command {
       }
       io.out(done.length ? `reset: ${done.join(', ')}\n` : 'nothing to reset: no runtime value was set\n');
     });
+
+  installCommands(program, installers, io, env);
 
   program
     .command('completion')

@@ -31,6 +31,7 @@ export { emptyTree } from './contracts.ts';
 export { duration } from './duration.ts';
 export type { SessionRow } from './engine.ts';
 export { AppError, DeliveryError } from './errors.ts';
+export type { AgentInstaller, InstallContext, InstallerFlag, InstallResult } from './installer.ts';
 export { createLogger, type Logger } from './logger.ts';
 export { classChannel, definePlugin, isPlugin, Registry } from './registry.ts';
 export { renderLine, renderTitle, truncate } from './render.ts';

@@ -1,26 +1,39 @@
-import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Vigil } from '../core/vigil.ts';
-import type { GateAnswer, GateQuery, RequestRecord } from '../core/wire.ts';
+import type { GateAnswer, GateQuery } from '../core/wire.ts';
+import { capBody, estimateTokens } from './router/cap.ts';
+import { tapAnswer } from './router/tap.ts';
+import { type CostOf, recordOfFacts } from './router/usage.ts';
 
-// The fastify plugin a fastify-based model router registers. Before each model request
-// it asks the gate about the conversation (identity from the router headers, or the
-// `x-session-id` header opencode 1.18 sends anyway); it refuses only conversations whose
-// tree is refused, enforces the overflow-style context limit, and records each
-// request's usage from the upstream's JSON response.
+// `vigil/router`: what a fastify-based model router registers.
+// - vigilGate: before each model request it asks the gate about the conversation
+//   (identity from the router headers, or the `x-session-id` header opencode 1.18 sends
+//   anyway); it refuses conversations whose tree is refused, enforces context limits
+//   (cut the oldest turns for `cap`, a context-overflow error for `overflow`), and
+//   records each answer's usage, model and cost, from JSON or a streamed (SSE) answer.
+// - vigilIngest: the routes the sensors report to (progress, directives, acks, request
+//   records, the watchdog), under a prefix; the opencode plugin's VIGIL_URL points there.
+
+export { capBody, estimateTokens } from './router/cap.ts';
+export { type VigilIngestOptions, vigilIngest } from './router/ingest.ts';
+export type { CostOf, Usage } from './router/usage.ts';
 
 export interface VigilGateOptions {
   vigil: Vigil;
   /** Which routes are model requests (default: any POST whose path ends in /chat/completions or /messages). */
   match?: (req: FastifyRequest) => boolean;
-  /** Price of a response in USD when the upstream does not say (usage.cost); default none. */
-  costOf?: (model: string, usage: Record<string, unknown>) => number | undefined;
+  /** Price of an answer in USD when the upstream does not say (usage.cost); default none. */
+  costOf?: CostOf;
 }
 
 export interface GateDecoration {
   query: GateQuery;
   answer: GateAnswer;
+  /** The gate answered the request itself (a refusal, an overflow error): no model call to record. */
+  answered?: boolean;
+  /** When a `cap` cut the request: the turns cut and the estimated prompt before and after. */
+  cut?: { turns: number; before: number; after: number };
 }
 
 declare module 'fastify' {
@@ -48,13 +61,38 @@ export function identityOf(req: FastifyRequest): GateQuery | undefined {
   return { conversation, ...(agent ? { agent } : {}), ...(parent ? { parent } : {}), ...(model ? { model } : {}) };
 }
 
-/** A rough prompt size for the overflow check: JSON bytes / 4 (the usual chars-per-token estimate). */
-export function estimateTokens(body: unknown): number {
-  return Math.ceil(JSON.stringify(body ?? '').length / 4);
-}
-
 const defaultMatch = (req: FastifyRequest) =>
   req.method === 'POST' && /\/(chat\/completions|messages)$/.test(req.url.split('?')[0]);
+
+/** Anthropic's Messages API answers errors in its own shape; everything else gets OpenAI's. */
+const anthropic = (req: FastifyRequest) => /\/messages$/.test(req.url.split('?')[0]);
+
+/** A provider-shaped context-overflow error: the agent takes it for one and compacts on its own. */
+function overflowBody(req: FastifyRequest, max: number, est: number) {
+  return anthropic(req)
+    ? {
+        type: 'error',
+        error: { type: 'invalid_request_error', message: `prompt is too long: ${est} tokens > ${max} maximum` },
+      }
+    : {
+        error: {
+          message: `This model's maximum context length is ${max} tokens. However, your messages resulted in ${est} tokens. Please reduce the length of the messages.`,
+          type: 'invalid_request_error',
+          param: 'messages',
+          code: 'context_length_exceeded',
+        },
+      };
+}
+
+function refusalBody(req: FastifyRequest, reason: string) {
+  const message = `vigil: ${reason}`;
+  return anthropic(req)
+    ? { type: 'error', error: { type: 'rate_limit_error', message } }
+    : { error: { message, type: 'rate_limit_error', code: 'vigil_refused' } };
+}
+
+/** Headers of a fetch Response that describe its transport, not its body (fetch has decoded it). */
+const TRANSPORT = new Set(['content-length', 'content-encoding', 'transfer-encoding', 'connection', 'keep-alive']);
 
 async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promise<void> {
   const match = o.match ?? defaultMatch;
@@ -64,132 +102,65 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
     const query = identityOf(req);
     if (!query) return;
     const answer = await o.vigil.gate(query);
-    req.vigilGate = { query, answer };
+    const g: GateDecoration = { query, answer };
+    req.vigilGate = g;
     if (answer.action === 'refuse') {
+      g.answered = true;
       return reply
         .code(429)
         .header('retry-after', String(answer.retry_after_s ?? 30))
-        .send({
-          error: { message: `vigil: ${answer.reason ?? 'refused'}`, type: 'rate_limit_error', code: 'vigil_refused' },
-        });
+        .send(refusalBody(req, answer.reason ?? 'refused'));
     }
-    // Only agent turns (they carry tools) get the overflow error: opencode's compaction
-    // and title requests carry none, and refusing the compaction would defeat the cap.
+    // Only agent turns (they carry tools) are limited: opencode's compaction and title
+    // requests carry none, and refusing or cutting the compaction would defeat the cap.
+    const max = answer.action === 'limit' ? answer.max_context_tokens : undefined;
     const tools = (req.body as { tools?: unknown } | undefined)?.tools;
-    const agentTurn = Array.isArray(tools) && tools.length > 0;
-    if (answer.action === 'limit' && answer.limit_mechanism === 'overflow' && answer.max_context_tokens && agentTurn) {
+    if (!max || !Array.isArray(tools) || tools.length === 0) return;
+    if (answer.limit_mechanism === 'overflow') {
       const est = estimateTokens(req.body);
-      if (est > answer.max_context_tokens) {
-        // Shaped like a provider's context-overflow error, so the client compacts on its own.
-        return reply.code(400).send({
-          error: {
-            message: `This model's maximum context length is ${answer.max_context_tokens} tokens. However, your messages resulted in ${est} tokens. Please reduce the length of the messages.`,
-            type: 'invalid_request_error',
-            param: 'messages',
-            code: 'context_length_exceeded',
-          },
-        });
-      }
+      if (est <= max) return;
+      g.answered = true;
+      return reply.code(400).send(overflowBody(req, max, est));
+    }
+    // cap: the oldest turns go until the prompt fits; when even the newest turn does not
+    // fit, the overflow error makes the agent compact.
+    const r = capBody(req.body, max);
+    if (r.kind === 'cut') {
+      req.body = r.body;
+      g.cut = { turns: r.turns, before: r.before, after: r.after };
+      reply.header('x-vigil-context-cut', String(r.turns));
+    } else if (r.kind === 'over') {
+      g.answered = true;
+      return reply.code(400).send(overflowBody(req, max, r.tokens));
     }
   });
 
-  // Usage from a non-streamed JSON response (OpenAI-compatible `usage`). Streaming
-  // routers record through vigil.requests() themselves.
+  // Usage, model and cost from the answer, JSON or streamed, as it goes to the client:
+  // the bytes pass untouched and unheld; the record is made once the answer is complete.
   app.addHook('onSend', async (req: FastifyRequest, reply: FastifyReply, payload: unknown) => {
     const g = req.vigilGate;
-    // Our own refusal is not a model call.
-    if (!g || g.answer.action === 'refuse') return payload;
-    const text =
-      typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined;
-    if (text?.[0] !== '{') return payload;
-    let parsed: Upstream;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      return payload;
-    }
-    const rec = recordOf(parsed, reply.statusCode, g.query, req.body, o.costOf);
-    // Recording never blocks or fails the response.
-    if (rec) {
-      void o.vigil.engine
-        .requests([rec])
-        .catch((err) => req.log.warn({ err: (err as Error).message }, 'vigil: recording usage failed'));
-    }
-    return payload;
-  });
-}
-
-/** The parts of an OpenAI-compatible answer the record needs (never the message text). */
-interface Upstream {
-  id?: unknown;
-  model?: unknown;
-  usage?: Record<string, unknown>;
-  choices?: { finish_reason?: unknown; message?: { content?: unknown; tool_calls?: unknown } }[];
-  error?: { code?: unknown; type?: unknown };
-}
-
-const CODE = /^[A-Za-z0-9_.:/-]{1,64}$/;
-const code = (v: unknown) =>
-  typeof v === 'string' && CODE.test(v) ? v : typeof v === 'number' ? String(v) : undefined;
-
-/**
- * The request record of one answered model call: usage, and what session hygiene reads
- * (completion tokens, finish reason, whether anything visible came back; on a terminal
- * error its status and bounded code and type, with the prompt size estimated from the
- * request). Sizes, counts and codes only: no content is read into it.
- */
-export function recordOf(
-  p: Upstream,
-  status: number,
-  q: GateQuery,
-  body: unknown,
-  costOf?: VigilGateOptions['costOf'],
-): RequestRecord | undefined {
-  const model = typeof p.model === 'string' && ID.test(p.model) ? p.model : (q.model ?? 'unknown');
-  const base = {
-    session_id: q.conversation,
-    ...(q.parent ? { parent_session_id: q.parent } : {}),
-    ...(q.agent ? { agent: q.agent } : {}),
-    request_id: typeof p.id === 'string' && ID.test(p.id) ? p.id : randomUUID(),
-    model,
-    ts: Date.now(),
-  };
-  if (status >= 400) {
-    const errCode = code(p.error?.code);
-    const errType = code(p.error?.type);
-    return {
-      ...base,
-      prompt_tokens: estimateTokens(body),
-      status: Math.min(599, Math.max(100, status)),
-      ...(errCode ? { error_code: errCode } : {}),
-      ...(errType ? { error_type: errType } : {}),
-    };
-  }
-  const u = p.usage;
-  if (!u || typeof u.prompt_tokens !== 'number') return undefined;
-  const cached = (u.prompt_tokens_details as { cached_tokens?: unknown } | undefined)?.cached_tokens;
-  const cost = typeof u.cost === 'number' ? u.cost : costOf?.(model, u);
-  const choice = p.choices?.[0];
-  const content = choice?.message?.content;
-  const tools = choice?.message?.tool_calls;
-  const finish = code(choice?.finish_reason);
-  return {
-    ...base,
-    prompt_tokens: Math.max(0, Math.floor(u.prompt_tokens)),
-    ...(typeof cached === 'number' ? { cached_tokens: Math.max(0, Math.floor(cached)) } : {}),
-    ...(typeof u.completion_tokens === 'number'
-      ? { completion_tokens: Math.max(0, Math.floor(u.completion_tokens)) }
-      : {}),
-    ...(cost !== undefined ? { cost_usd: cost } : {}),
-    ...(finish ? { finish_reason: finish } : {}),
-    status,
-    ...(choice
-      ? {
-          visible_output:
-            (typeof content === 'string' && content.trim() !== '') || (Array.isArray(tools) && tools.length > 0),
+    if (!g || g.answered) return payload;
+    return tapAnswer(
+      payload,
+      {
+        contentType: () => reply.getHeader('content-type'),
+        status: () => reply.statusCode,
+        adopt: (r) => {
+          reply.code(r.status);
+          for (const [k, v] of r.headers) if (!TRANSPORT.has(k)) reply.header(k, v);
+        },
+      },
+      (facts, status) => {
+        const rec = recordOfFacts(facts, status, g.query, () => estimateTokens(req.body), o.costOf);
+        // Recording never blocks or fails the response.
+        if (rec) {
+          void o.vigil.engine
+            .requests([rec])
+            .catch((err) => req.log.warn({ err: (err as Error).message }, 'vigil: recording usage failed'));
         }
-      : {}),
-  };
+      },
+    );
+  });
 }
 
 /**

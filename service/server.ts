@@ -3,25 +3,23 @@ import swagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
-  hasZodFastifySchemaValidationErrors,
   jsonSchemaTransform,
   serializerCompiler,
   validatorCompiler,
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
-import { ConfigError } from '../core/config.ts';
-import { AppError, isAppError } from '../core/errors.ts';
+import { AppError } from '../core/errors.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { adminPage, pageAware } from './admin/index.ts';
 import { newSessionLimit, rateLimitOptions } from './admission.ts';
 import { accessHook, adminGuard, hostGuard, isLoopback, tokensOf, weakToken } from './auth.ts';
+import { errorHandler } from './errors.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
 import { gateRoutes } from './routes/gate.ts';
 import { healthRoutes } from './routes/health.ts';
 import { ingestRoutes } from './routes/ingest.ts';
 import { readoutRoutes } from './routes/readouts.ts';
-import { describeValidation } from './validation.ts';
 
 export interface ServerOptions {
   /** Log requests (the service does; tests and benches do not). */
@@ -29,12 +27,6 @@ export interface ServerOptions {
   version?: string;
   /** The address the service binds: off loopback every route needs the admin token. */
   host?: string;
-}
-
-/** `progress.dup_warn: Too big ...` -> {path, message}; a path never contains ': '. */
-function problemOf(p: string): { path: string; message: string } {
-  const i = p.indexOf(': ');
-  return i < 0 ? { path: '(root)', message: p } : { path: p.slice(0, i), message: p.slice(i + 2) };
 }
 
 // The zod type provider and the pino logger make the full generic unwieldy.
@@ -122,37 +114,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   app.addHook('preHandler', newSessionLimit(vigil));
   await app.register(rateLimit, rateLimitOptions);
 
-  app.setErrorHandler((err, req, reply) => {
-    if (hasZodFastifySchemaValidationErrors(err)) {
-      const message = describeValidation(err.validationContext ?? 'body', err.validation as never);
-      vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
-      return reply.code(400).send({ statusCode: 400, code: 'BAD_INPUT', error: 'Bad Request', message });
-    }
-    if (isAppError(err)) {
-      // A store that does not answer: the client should come back, not give up.
-      if (err.code === 'STORE_UNAVAILABLE' || err.code === 'AUTH_FAILED') {
-        vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
-        req.log.warn({ reqId: req.id, err: err.message }, 'store unavailable');
-        void reply.header('retry-after', '5');
-      }
-      const after = (err as { retryAfterS?: number }).retryAfterS;
-      if (after !== undefined) void reply.header('retry-after', String(after));
-      // A config or knob error also lists each problem by path, so a form can show it beside its field.
-      const problems = err instanceof ConfigError ? { problems: err.problems.map(problemOf) } : {};
-      return reply
-        .code(err.statusCode)
-        .send({ statusCode: err.statusCode, code: err.code, error: err.name, message: err.message, ...problems });
-    }
-    const status = (err as { statusCode?: number }).statusCode ?? 500;
-    if (status >= 500) req.log.error({ reqId: req.id, err: (err as Error).message }, 'request failed');
-    else vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
-    return reply.code(status).send({
-      statusCode: status,
-      code: (err as { code?: string }).code ?? 'INTERNAL',
-      error: status >= 500 ? 'Internal Server Error' : 'Bad Request',
-      message: status >= 500 ? 'internal error' : `body: ${(err as Error).message}`,
-    });
-  });
+  app.setErrorHandler(errorHandler(vigil));
 
   await app.register(healthRoutes(vigil, opts.version ?? '0.0.0'));
   await app.register(ingestRoutes(vigil));

@@ -37,9 +37,9 @@ afterAll(() => {
 });
 
 describe('README: run it beside opencode', () => {
-  it('npm start, npm run plugin:install, npx vigil status', async () => {
+  it('npm start, npx vigil install opencode, npx vigil status', async () => {
     const [start, install, status] = commands();
-    expect([start, install, status]).toEqual(['npm start', 'npm run plugin:install', 'npx vigil status']);
+    expect([start, install, status]).toEqual(['npm start', 'npx vigil install opencode', 'npx vigil status']);
     const port = await freePort();
     const home = tempDir('vigil-home');
     const env = {

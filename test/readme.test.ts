@@ -57,20 +57,23 @@ describe('README: embed it in a router', () => {
     expect(readmeBlock('router')).toBe(fixture('readme-router.ts'));
   });
 
-  it('a looping conversation is refused with a 429 while its sibling goes on', async () => {
+  it('a looping conversation is refused with a 429 while its sibling goes on; usage, model and cost recorded', async () => {
     const upstream = await receiver(() => ({
       status: 200,
       body: JSON.stringify({
+        model: 'up/model',
         choices: [{ index: 0, message: { role: 'assistant', content: 'reading again' }, finish_reason: 'stop' }],
         usage: { prompt_tokens: 120_000, completion_tokens: 20 },
       }),
     }));
     process.env.UPSTREAM_URL = upstream.url;
+    process.env.UPSTREAM_KEY = 'upstream-key';
     const { router, vigil } = await import('./fixtures/readme-router.ts');
     closers.push(async () => {
       await router.close();
       await vigil.close();
       delete process.env.UPSTREAM_URL;
+      delete process.env.UPSTREAM_KEY;
     });
     const ask = (conversation: string) =>
       router.inject({
@@ -102,6 +105,14 @@ describe('README: embed it in a router', () => {
     expect(Number(refused?.headers['retry-after'])).toBeGreaterThan(0);
     expect((await ask('ses_sibling')).statusCode).toBe(200);
     expect(upstream.got.length).toBeGreaterThan(0);
+    expect(upstream.got[0].headers.authorization).toBe('Bearer upstream-key');
+    // Each answer's usage, priced by the example's costOf: $3 per M prompt tokens, $15 per M completion tokens.
+    const row = (await vigil.engine.sessionRow('ses_loop')) as Record<string, unknown> | undefined;
+    expect(row?.models).toEqual(['up/model']);
+    expect(row?.context_tokens).toBe(120_000);
+    expect(row?.usd_since_landed).toBeGreaterThan(0);
+    const turns = row?.turns_since_landed as number;
+    expect(row?.usd_since_landed).toBeCloseTo((turns * (120_000 * 3 + 20 * 15)) / 1e6, 6);
   });
 });
 

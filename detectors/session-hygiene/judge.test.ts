@@ -148,6 +148,14 @@ describe('the fire alarm: empty generations', () => {
     expect(changes).toEqual([]);
   });
 
+  it('a step no model answered (no finish, no prompt tokens: cut while opencode waited to retry a 429) is not an empty generation', () => {
+    const { changes } = run([
+      prompt(T0),
+      P({ kind: 'assistant', session_id: S, call_id: 'msg_cut', model: M, ts: T0 + SEC, visible_output: false }),
+    ]);
+    expect(changes).toEqual([]);
+  });
+
   it('stays for the turn, even if a retry answers; a later turn with visible output clears it', () => {
     const { changes } = run([
       prompt(T0),

@@ -31,6 +31,9 @@ afterAll(() => {
 });
 
 type HookFn = (...a: unknown[]) => Promise<void>;
+type PluginFn = (c: unknown, options?: unknown) => Promise<Record<string, HookFn>>;
+const toasts: unknown[] = [];
+const logs: unknown[] = [];
 
 /** ctx as opencode 1.18 passes it, with a stand-in v1 client (results are {data, response}). */
 function fakeCtx() {
@@ -51,7 +54,18 @@ function fakeCtx() {
         return ok(undefined);
       },
     },
-    tui: { showToast: () => ok(true) },
+    tui: {
+      showToast: (o: { body: unknown }) => {
+        toasts.push(o.body);
+        return ok(true);
+      },
+    },
+    app: {
+      log: (o: { body: unknown }) => {
+        logs.push(o.body);
+        return ok(true);
+      },
+    },
   };
   return {
     client,
@@ -197,5 +211,44 @@ describe('the bundled plugin (dist/vigil.js)', () => {
     vi.stubEnv('VIGIL_PLUGIN_DISABLED', '1');
     expect(await (mod.VigilPlugin as (c: unknown) => Promise<object>)(ctx)).toEqual({});
     vi.unstubAllEnvs();
+  });
+
+  it("says once, in a toast and in opencode's log, when nothing answers at its URL; the option sets the URL", async () => {
+    const urls: string[] = [];
+    const auth: unknown[] = [];
+    vi.stubGlobal('fetch', async (url: string, init: RequestInit) => {
+      urls.push(url);
+      auth.push((init.headers as Record<string, string>).authorization);
+      throw Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNREFUSED' } });
+    });
+    toasts.length = 0;
+    logs.length = 0;
+    vi.stubEnv('VIGIL_INGEST_TOKEN', 'the-ingest-token');
+    const hooks = await (mod.VigilPlugin as PluginFn)(fakeCtx(), { url: 'http://127.0.0.1:8080/vigil' });
+    vi.unstubAllEnvs();
+    for (const l of captured()) {
+      if (l.hook === 'tool.execute.after') await hooks[l.hook](l.input, structuredClone(l.output));
+    }
+    await hooks.dispose();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(urls.length).toBeGreaterThan(0);
+    expect(urls.every((u) => u.startsWith('http://127.0.0.1:8080/vigil/'))).toBe(true);
+    expect(new Set(auth)).toEqual(new Set(['Bearer the-ingest-token']));
+    expect(toasts).toEqual([
+      {
+        title: 'Vigil',
+        variant: 'warning',
+        duration: 15_000,
+        message: expect.stringContaining('Vigil at http://127.0.0.1:8080/vigil does not answer (connection refused)'),
+      },
+    ]);
+    expect(logs).toEqual([{ service: 'vigil', level: 'warn', message: (toasts[0] as { message: string }).message }]);
+    // A bad option: said, and the plugin loads as a no-op.
+    toasts.length = 0;
+    expect(await (mod.VigilPlugin as PluginFn)(fakeCtx(), { url: 'ftp://x' })).toEqual({});
+    await new Promise((r) => setTimeout(r, 0));
+    expect(toasts).toEqual([
+      expect.objectContaining({ message: expect.stringContaining('"url": not an http(s) URL') }),
+    ]);
   });
 });

@@ -200,6 +200,10 @@ function onAssistant(s: HygieneState, ev: AssistantEvent, k: HygieneOptions, env
     }
     // opencode gives up on a call only after its own retries: the turn is over
     t.done = true;
+  } else if (!ev.visible_output && ev.finish === undefined && p === 0) {
+    // No finish and no prompt billed: no model answered. opencode ends a step this way
+    // when it is cut while waiting to retry (after a router's 429): not an empty generation.
+    t.done = true;
   } else if (!ev.visible_output) emptyGeneration(s, t, p, ev.ts);
   else {
     visible(s, t);

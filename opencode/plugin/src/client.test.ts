@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ProgressEvent } from '../../../core/wire.ts';
-import { VigilClient } from './client.ts';
+import { type Trouble, VigilClient } from './client.ts';
 
 // A stand-in Vigil service on loopback that can be up, down (503), hanging or refusing
 // (400), recording what reached it.
@@ -150,6 +150,57 @@ describe('VigilClient', () => {
     await c.flush();
     expect(c.stats.failures).toBeGreaterThanOrEqual(1);
     expect(await c.directives('ses_a')).toBeUndefined();
+    await c.close();
+  });
+
+  it('says once that nothing answers, and again only after a success and a new outage', async () => {
+    const troubles: Trouble[] = [];
+    // A port nothing listens on: taken, then given back.
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+    const closed = `http://127.0.0.1:${(probe.address() as AddressInfo).port}`;
+    await new Promise((r) => probe.close(r));
+    const c = new VigilClient({
+      url: closed,
+      pluginId: 'p/1',
+      ...fast,
+      onTrouble: (t) => troubles.push(t),
+    });
+    for (let i = 0; i < 3; i++) {
+      c.send(ev(i));
+      await c.flush();
+    }
+    await c.directives('ses_a');
+    expect(troubles).toEqual([{ kind: 'unreachable', url: closed, detail: 'connection refused' }]);
+    await c.close();
+
+    const up = new VigilClient({ url, pluginId: 'p/1', ...fast, onTrouble: (t) => troubles.push(t) });
+    mode = 'down';
+    up.send(ev(0));
+    await up.flush();
+    await up.flush();
+    expect(troubles.at(-1)).toEqual({ kind: 'unreachable', url, detail: 'answered 503' });
+    expect(troubles).toHaveLength(2);
+    mode = 'up';
+    await until('sent after the outage', () => up.stats.sent === 1);
+    mode = 'down';
+    up.send(ev(1));
+    await up.flush();
+    expect(troubles).toHaveLength(3);
+    await up.close();
+  });
+
+  it('a URL where something else answers (404): kept and retried, and said once', async () => {
+    const troubles: Trouble[] = [];
+    const c = new VigilClient({ url: `${url}/nothing`, pluginId: 'p/1', ...fast, onTrouble: (t) => troubles.push(t) });
+    server.removeAllListeners('request');
+    server.on('request', (_req, res) => res.writeHead(404).end('Not Found'));
+    c.send(ev(0));
+    await c.flush();
+    await c.flush();
+    expect(troubles).toEqual([{ kind: 'not_vigil', url: `${url}/nothing`, detail: 'answered 404' }]);
+    expect(c.stats.rejected).toBe(0);
+    expect(c.pending).toBe(1);
     await c.close();
   });
 });

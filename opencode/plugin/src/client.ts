@@ -8,6 +8,18 @@ import type { Directive, ProgressEvent } from '../../../core/wire.ts';
 export type Log = (level: 'debug' | 'warn', msg: string, data?: Record<string, unknown>) => void;
 export const silent: Log = () => {};
 
+/**
+ * Why the plugin's reports go nowhere: nothing answers at the URL (or it fails), what
+ * answers is not Vigil (404, 405: the URL lacks the service or the router's mount), or
+ * Vigil refuses the token.
+ */
+export interface Trouble {
+  kind: 'unreachable' | 'not_vigil' | 'unauthorized';
+  url: string;
+  /** e.g. `connection refused`, `answered 404` */
+  detail: string;
+}
+
 export interface VigilClientOptions {
   /** Service base URL, e.g. http://127.0.0.1:7411 */
   url: string;
@@ -28,6 +40,8 @@ export interface VigilClientOptions {
   retryMaxMs?: number;
   /** Directives from each /progress answer. */
   onDirectives?: (ds: Directive[]) => void;
+  /** Called once when requests start failing for a reason a person must fix; again only after one succeeded. */
+  onTrouble?: (t: Trouble) => void;
   fetch?: typeof fetch;
   log?: Log;
 }
@@ -46,8 +60,10 @@ export class VigilClient {
   private inflight: Promise<void> | undefined;
   private backoffMs = 0;
   private closed = false;
+  /** A trouble was reported and nothing has succeeded since. */
+  private troubled = false;
   private readonly base: string;
-  private readonly o: Required<Omit<VigilClientOptions, 'onDirectives' | 'fetch' | 'log' | 'token'>>;
+  private readonly o: Required<Omit<VigilClientOptions, 'onDirectives' | 'onTrouble' | 'fetch' | 'log' | 'token'>>;
   private readonly fetch: typeof fetch;
   private readonly log: Log;
 
@@ -161,8 +177,10 @@ export class VigilClient {
     path: string,
     body?: unknown,
   ): Promise<{ kind: 'ok'; body: unknown } | { kind: 'rejected'; status: number } | { kind: 'failed' }> {
+    let res: Response;
+    let text: string;
     try {
-      const res = await this.fetch(`${this.base}${path}`, {
+      res = await this.fetch(`${this.base}${path}`, {
         method,
         headers: {
           'x-vigil-plugin': this.o.pluginId,
@@ -172,22 +190,39 @@ export class VigilClient {
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.o.timeoutMs),
       });
-      const text = await res.text();
-      if (res.ok) {
-        let parsed: unknown;
-        try {
-          parsed = text ? JSON.parse(text) : undefined;
-        } catch {
-          parsed = undefined;
-        }
-        return { kind: 'ok', body: parsed };
-      }
-      if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
-        return { kind: 'rejected', status: res.status };
-      }
+      text = await res.text();
+    } catch (err) {
+      this.trouble('unreachable', causeOf(err));
       return { kind: 'failed' };
+    }
+    if (res.ok) {
+      this.troubled = false;
+      let parsed: unknown;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        parsed = undefined;
+      }
+      return { kind: 'ok', body: parsed };
+    }
+    if (res.status === 404 || res.status === 405) this.trouble('not_vigil', `answered ${res.status}`);
+    else if (res.status === 401 || res.status === 403) this.trouble('unauthorized', `answered ${res.status}`);
+    else if (res.status >= 500) this.trouble('unreachable', `answered ${res.status}`);
+    else if (res.status !== 408 && res.status !== 429) this.troubled = false; // Vigil is there: a bad batch
+    // Not Vigil (nothing of it at this URL) is kept and retried like an outage; a 4xx from
+    // Vigil would not pass on a retry either.
+    const vigilRefused = res.status >= 400 && res.status < 500 && ![404, 405, 408, 429].includes(res.status);
+    return vigilRefused ? { kind: 'rejected', status: res.status } : { kind: 'failed' };
+  }
+
+  private trouble(kind: Trouble['kind'], detail: string): void {
+    if (this.troubled || this.closed) return;
+    this.troubled = true;
+    this.log('warn', 'vigil unreachable', { kind, url: this.base, detail });
+    try {
+      this.opts.onTrouble?.({ kind, url: this.base, detail });
     } catch {
-      return { kind: 'failed' };
+      // a warning must not break sending
     }
   }
 
@@ -203,4 +238,14 @@ export class VigilClient {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
   }
+}
+
+/** A short reason for a failed fetch: the network error code when there is one. */
+function causeOf(err: unknown): string {
+  const e = err as { name?: string; code?: unknown; cause?: { code?: unknown } } | undefined;
+  if (e?.name === 'TimeoutError') return 'no answer in time';
+  // Node's fetch puts the socket error in `cause`; Bun's fetch (opencode's runtime) on the error.
+  const code = e?.cause?.code ?? e?.code;
+  if (code === 'ECONNREFUSED' || code === 'ConnectionRefused') return 'connection refused';
+  return typeof code === 'string' ? code : 'request failed';
 }

@@ -1,6 +1,6 @@
 import { Lru } from '../../../core/lru.ts';
 import type { Directive, ProgressEvent } from '../../../core/wire.ts';
-import { type Log, silent, VigilClient } from './client.ts';
+import { type Log, silent, VigilClient, type VigilClientOptions } from './client.ts';
 import { DirectiveRunner, type OpencodeActions } from './directives.ts';
 import { ProgressSensor } from './events.ts';
 import { HygieneSensor, type HygieneSensorOptions } from './hygiene.ts';
@@ -14,7 +14,8 @@ import { identityHeaders, type SessionBook, sessionInfoOf } from './identity.ts'
 export interface CoreOptions {
   book: SessionBook;
   actions: OpencodeActions;
-  vigil: { url: string; pluginId: string; timeoutMs?: number; fetch?: typeof fetch };
+  /** The client's options (url, pluginId, token, onTrouble, ...); the core adds its log and directive handler. */
+  vigil: Omit<VigilClientOptions, 'log' | 'onDirectives'>;
   cwd?: string;
   /** Poll GET /directives this often while sessions are active (ms). */
   pollMs?: number;
@@ -62,10 +63,7 @@ export class PluginCore {
       log: this.log,
     });
     this.client = new VigilClient({
-      url: o.vigil.url,
-      pluginId: o.vigil.pluginId,
-      timeoutMs: o.vigil.timeoutMs,
-      fetch: o.vigil.fetch,
+      ...o.vigil,
       log: this.log,
       onDirectives: (ds) => void this.runner.offer(ds),
     });

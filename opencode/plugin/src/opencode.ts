@@ -143,3 +143,23 @@ export function bulkMeasure(client: Client) {
     return Array.isArray(list) ? sessionBulk(list) : undefined;
   };
 }
+
+/**
+ * A warning a person sees: a toast in the opencode window and a line in opencode's own
+ * log (`service=vigil`), where `opencode serve` without a window keeps it.
+ */
+export function opencodeNotice(client: Client): (message: string) => Promise<void> {
+  return async (message) => {
+    // Each on its own: one failing (no window, an older server) must not stop the other.
+    const calls = [
+      () =>
+        client.tui.showToast({
+          body: { title: 'Vigil', message, variant: 'warning', duration: 15_000 },
+          signal: AbortSignal.timeout(CALL_MS),
+        }),
+      () =>
+        client.app.log({ body: { service: 'vigil', level: 'warn', message }, signal: AbortSignal.timeout(CALL_MS) }),
+    ];
+    await Promise.allSettled(calls.map(async (call) => call()));
+  };
+}

@@ -3,7 +3,8 @@ import type { Hooks, Plugin, PluginInput } from '@opencode-ai/plugin';
 import type { Log } from './client.ts';
 import { PluginCore } from './core.ts';
 import { SessionBook } from './identity.ts';
-import { bulkMeasure, historyLookup, opencodeActions, sessionLookup } from './opencode.ts';
+import { bulkMeasure, historyLookup, opencodeActions, opencodeNotice, sessionLookup } from './opencode.ts';
+import { type Settings, settingsOf, troubleMessage } from './settings.ts';
 import { PLUGIN_ID } from './version.ts';
 
 // The hook shell: opencode 1.18 loads this file from a plugin directory and calls every
@@ -12,10 +13,13 @@ import { PLUGIN_ID } from './version.ts';
 // slow the agent's session. The one deliberate throw: tool.execute.before refuses a
 // blocked tree's tool call (a hard stop holds without a router; the model sees why).
 //
-// Env: VIGIL_URL (default http://127.0.0.1:7411), VIGIL_INGEST_TOKEN (the service's ingestion token), VIGIL_PLUGIN_LOG (a file for debug
-// lines; off by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll,
-// default 3000), VIGIL_STATS_MS (session_stats of a resume waiting for its first
-// token, default 10000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
+// Where it reports: the plugin option `url` (opencode.json), else VIGIL_URL, else
+// http://127.0.0.1:7411 (src/settings.ts); the token from VIGIL_INGEST_TOKEN (or the
+// variable the option `token_env` names). When nothing answers there it says so once,
+// in a toast and in opencode's log. Env: VIGIL_PLUGIN_LOG (a file for debug lines; off
+// by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll, default
+// 3000), VIGIL_STATS_MS (session_stats of a resume waiting for its first token,
+// default 10000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
 
 function fileLog(path: string | undefined): Log | undefined {
   if (!path) return undefined;
@@ -28,16 +32,18 @@ function fileLog(path: string | undefined): Log | undefined {
   };
 }
 
-function createCore(ctx: PluginInput, env: Record<string, string | undefined>): PluginCore {
+function createCore(ctx: PluginInput, env: Record<string, string | undefined>, settings: Settings): PluginCore {
   const poll = Number(env.VIGIL_POLL_MS);
   const stats = Number(env.VIGIL_STATS_MS);
+  const notice = opencodeNotice(ctx.client);
   return new PluginCore({
     book: new SessionBook({ lookup: sessionLookup(ctx.client) }),
     actions: opencodeActions(ctx.client),
     vigil: {
-      url: env.VIGIL_URL || 'http://127.0.0.1:7411',
+      url: settings.url,
       pluginId: PLUGIN_ID,
-      ...(env.VIGIL_INGEST_TOKEN ? { token: env.VIGIL_INGEST_TOKEN } : {}),
+      ...(settings.token ? { token: settings.token } : {}),
+      onTrouble: (t) => void notice(troubleMessage(t, settings.from)),
     },
     cwd: ctx.directory,
     pollMs: Number.isFinite(poll) && poll >= 250 ? poll : 3_000,
@@ -50,11 +56,19 @@ function createCore(ctx: PluginInput, env: Record<string, string | undefined>): 
   });
 }
 
-export const VigilPlugin: Plugin = async (ctx) => {
+export const VigilPlugin: Plugin = async (ctx, options) => {
   if (process.env.VIGIL_PLUGIN_DISABLED === '1') return {};
-  const core = createCore(ctx, process.env);
   const log = fileLog(process.env.VIGIL_PLUGIN_LOG);
-  log?.('debug', 'loaded', { plugin: PLUGIN_ID, directory: ctx.directory });
+  let settings: Settings;
+  try {
+    settings = settingsOf(options, process.env);
+  } catch (err) {
+    // A bad option: say so where a person looks, and load as a no-op.
+    void opencodeNotice(ctx.client)(`${(err as Error).message}; the Vigil plugin is off.`);
+    return {};
+  }
+  const core = createCore(ctx, process.env, settings);
+  log?.('debug', 'loaded', { plugin: PLUGIN_ID, directory: ctx.directory, url: settings.url, from: settings.from });
   const guard =
     <A extends unknown[]>(name: string, fn: (...a: A) => unknown) =>
     async (...a: A): Promise<void> => {

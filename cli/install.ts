@@ -1,0 +1,71 @@
+import { homedir } from 'node:os';
+import { type Command, CommanderError } from 'commander';
+import type { AgentInstaller, InstallResult } from '../core/installer.ts';
+import { parseArgs } from './args.ts';
+
+// `vigil install <agent>` and `vigil uninstall <agent>`: one subcommand per installer
+// of the list (builtins.ts), its flags declared by the installer and validated by its
+// own schema. Nothing here names an agent.
+
+export interface InstallIo {
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+function describe(r: InstallResult): string {
+  const v = r.version ? `${r.version} ` : '';
+  switch (r.action) {
+    case 'installed':
+      return `installed ${v}-> ${r.path}`;
+    case 'replaced':
+      return `installed ${v}-> ${r.path} (replaced ${r.previous ?? 'an older one'})`;
+    case 'unchanged':
+      return `installed ${v}-> ${r.path} (unchanged)`;
+    case 'removed':
+      return `removed ${v}from ${r.path}`;
+    case 'absent':
+      return `nothing to remove: ${r.path} does not exist`;
+  }
+}
+
+const flagKey = (name: string) => name.replace(/-/g, '_');
+/** commander's camelCase attribute of a flag (`--dry-run` -> dryRun). */
+const attr = (name: string) => name.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+
+export function installCommands(
+  program: Command,
+  list: readonly AgentInstaller<any>[],
+  io: InstallIo,
+  env: NodeJS.ProcessEnv,
+): void {
+  const agents = list.map((i) => i.agent).join(', ');
+  for (const verb of ['install', 'uninstall'] as const) {
+    const cmd = program
+      .command(verb)
+      .description(
+        verb === 'install'
+          ? `install an agent's sensor where the agent loads it (${agents}); idempotent`
+          : `remove what \`vigil install\` put there (${agents}); idempotent`,
+      );
+    for (const inst of list) {
+      const sub = cmd.command(inst.agent).description(inst.summary);
+      for (const f of inst.flags) sub.option(`--${f.name}${f.value ? ` <${f.value}>` : ''}`, f.description);
+      sub.action(async (raw: Record<string, unknown>) => {
+        // commander's camelCase keys back to the installer's option names.
+        const opts = Object.fromEntries(
+          inst.flags.filter((f) => raw[attr(f.name)] !== undefined).map((f) => [flagKey(f.name), raw[attr(f.name)]]),
+        );
+        const o = parseArgs(inst.options, opts, `${verb} ${inst.agent}`);
+        let r: InstallResult;
+        try {
+          r = await inst[verb](o, { env, home: env.HOME || homedir() });
+        } catch (e) {
+          io.err(`vigil ${verb} ${inst.agent}: ${(e as Error).message}\n`);
+          throw new CommanderError(1, 'vigil.install', 'install failed');
+        }
+        io.out(`${describe(r)}\n`);
+        for (const n of r.notes ?? []) io.out(`  ${n}\n`);
+      });
+    }
+  }
+}
