@@ -123,7 +123,7 @@ function repeatRule(rhythm: boolean, dup: number, fail: number, top: number, rep
 }
 
 /**
- * An orchestrator in rhythm: its tree has landed tree_min_landings times, and since the
+ * An orchestrator (its tree has landed tree_min_landings times) in rhythm: since the
  * latest landing (at most tree_grace_turns turns ago) neither its own calls nor its
  * descendants' turns have gone past tree_rhythm_factor times the longest such stretch
  * its tree has shown (at least tree_rhythm_min). A parent that stops spawning runs past
@@ -131,7 +131,7 @@ function repeatRule(rhythm: boolean, dup: number, fail: number, top: number, rep
  * session.
  */
 function inRhythm(s: SessionState, k: NoProgressKnobs, turns: number): boolean {
-  if (s.treeLandings < k.tree_min_landings || turns >= k.tree_grace_turns) return false;
+  if (turns >= k.tree_grace_turns) return false;
   const own = s.calls - s.callsAtLand;
   if (own >= Math.max(k.tree_rhythm_min, k.tree_rhythm_factor * s.ownGapMax)) return false;
   const child = turns - (s.sawRequest ? s.requests - s.reqAtLand : own);
@@ -199,7 +199,7 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
     sig.period = 0;
   }
   // An orchestrator whose tree keeps landing: its repeats are routine.
-  sig.rhythm = inRhythm(s, k, turns);
+  sig.rhythm = s.treeLandings >= k.tree_min_landings && inRhythm(s, k, turns);
   const ceiling = turns >= k.ceiling_turns || usd >= k.ceiling_usd;
   const loopPre = turns >= k.loop_turns || usd >= k.loop_usd;
   const nw = Math.min(k.novelty_window, s.cap);

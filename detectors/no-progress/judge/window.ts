@@ -154,7 +154,7 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   const th = targetHash(ev.tool, ev.target);
   const failed = ev.exit !== undefined && ev.exit !== null && ev.exit !== 0;
   const seq = ++s.calls;
-  s.monoRun = 0;
+  if (s.monoRun !== 0) s.monoRun = 0;
 
   // The call leaving the window (when full), then one pass over the ring for copies of
   // the new call made since the latest compaction.
