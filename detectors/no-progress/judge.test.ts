@@ -754,6 +754,18 @@ function orchestratorTree(seed: number, cycles: number, every: number): JudgeInp
   return out;
 }
 
+/** A parent `o` in a Tracker: own(n) makes n calls, a third of them routine (a status check, a plan read, a todo write in turn). */
+function routineParent(t: Tracker) {
+  const routine = ['git status', 'read plan.md', 'todowrite'];
+  let n = 0;
+  return (calls: number) => {
+    for (let i = 0; i < calls; i++, n++) {
+      t.applyRequest(request('o'));
+      t.applyProgress(tool('o', n % 3 === 0 ? routine[(n / 3) % 3] : `look ${n}`));
+    }
+  };
+}
+
 describe('orchestrators, judged by their trees', () => {
   it('stay ok while the children land, though routine repeats add up over the session', () => {
     const inputs = orchestratorTree(3, 24, 8);
@@ -790,23 +802,15 @@ describe('orchestrators, judged by their trees', () => {
   it('lose the grace once the parent stops spawning: past its rhythm, judged as any session', () => {
     const t = new Tracker(k);
     // 40 own calls, a child landing, 60 own calls, a child landing: its longest stretch is 60
-    // a third of its calls are routine (a status check, a plan read, a todo write in turn)
-    const routine = ['git status', 'read plan.md', 'todowrite'];
-    let n = 0;
-    const own = (calls: number, _from: number) => {
-      for (let i = 0; i < calls; i++, n++) {
-        t.applyRequest(request('o'));
-        t.applyProgress(tool('o', n % 3 === 0 ? routine[(n / 3) % 3] : `look ${n}`));
-      }
-    };
-    own(40, 0);
+    const own = routineParent(t);
+    own(40);
     t.applyProgress(landing('kid1', 'a.js', { parent_session_id: 'o' }));
-    own(60, 100);
+    own(60);
     t.applyProgress(landing('kid2', 'b.js', { parent_session_id: 'o' }));
     expect(t.state('o')).toMatchObject({ ownGapMax: 60 });
     const levels: number[] = [];
     for (let i = 0; i < 150; i++) {
-      own(1, 1000 + i);
+      own(1);
       levels.push((t.state('o') as SessionState).level);
     }
     // a third of its calls repeat: in rhythm for 2 x 60 own calls, then the duplicates count
@@ -816,18 +820,10 @@ describe('orchestrators, judged by their trees', () => {
 
   it('lose the grace once a child stops landing: its turns past the rhythm', () => {
     const t = new Tracker(k);
-    // a third of its calls are routine (a status check, a plan read, a todo write in turn)
-    const routine = ['git status', 'read plan.md', 'todowrite'];
-    let n = 0;
-    const own = (calls: number, _from: number) => {
-      for (let i = 0; i < calls; i++, n++) {
-        t.applyRequest(request('o'));
-        t.applyProgress(tool('o', n % 3 === 0 ? routine[(n / 3) % 3] : `look ${n}`));
-      }
-    };
-    own(50, 0);
+    const own = routineParent(t);
+    own(50);
     t.applyProgress(landing('kid1', 'a.js', { parent_session_id: 'o' }));
-    own(50, 100);
+    own(50);
     t.applyProgress({ ...tool('kid2', 'task', { tool: 'task' }), session_id: 'o' });
     // the child works and never lands: its requests roll up to the parent
     let flaggedAt = -1;
