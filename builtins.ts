@@ -4,6 +4,7 @@ import { twilioPlugin } from './channels/twilio/index.ts';
 import { webhookPlugin } from './channels/webhook/index.ts';
 import { Registry } from './core/registry.ts';
 import { behaviorBreakerPlugin } from './detectors/behavior-breaker/index.ts';
+import { moneyPlugin } from './detectors/money/index.ts';
 import { noProgressPlugin } from './detectors/no-progress/index.ts';
 import { sessionHygienePlugin } from './detectors/session-hygiene/index.ts';
 import { autoCompactPlugin } from './modes/auto-compact/index.ts';
@@ -26,6 +27,7 @@ export function createRegistry(): Registry {
     .register(noProgressPlugin, 'built-in')
     .register(behaviorBreakerPlugin, 'built-in')
     .register(sessionHygienePlugin, 'built-in')
+    .register(moneyPlugin, 'built-in')
     .register(warnPlugin, 'built-in')
     .register(autoCompactPlugin, 'built-in')
     .register(autoLimitContextPlugin, 'built-in')

@@ -13,6 +13,7 @@ export const REDIS = [
   'core/notifier/notifier.test.ts',
   'core/store/store.test.ts',
   'detectors/behavior-breaker/breaker.test.ts',
+  'detectors/money/money.detector.test.ts',
   'detectors/no-progress/no-progress.detector.test.ts',
   'modes/modes.test.ts',
   'service/server.test.ts',

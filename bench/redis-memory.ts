@@ -6,17 +6,12 @@
 // size of the values, measured in the same run.
 //   npm run bench:redis-memory [-- --sessions 500 --turns 40 --calls 4]
 import 'reflect-metadata';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { z } from 'zod';
 import type { ProgressEventInput } from '../core/wire.ts';
 import { createVigil } from '../index.ts';
 import { benchArgs } from './args.ts';
-import { freePort } from './serve.ts';
+import { ownRedis } from './serve.ts';
 
 const args = benchArgs(
   z.strictObject({
@@ -27,30 +22,7 @@ const args = benchArgs(
   }),
 );
 
-const port = await freePort();
-const dir = mkdtempSync(join(tmpdir(), 'vigil-redis-mem-'));
-const server: ChildProcess = spawn(
-  'redis-server',
-  ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'],
-  { stdio: 'ignore' },
-);
-process.on('exit', () => server.kill('SIGKILL'));
-const url = `redis://127.0.0.1:${port}`;
-for (let i = 0; ; i++) {
-  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  probe.on('error', () => {});
-  const up = await probe.connect().then(
-    () => probe.ping().then(() => true),
-    () => false,
-  );
-  probe.disconnect();
-  if (up) break;
-  if (i > 100) throw new Error('redis-server did not start');
-  await new Promise((res) => setTimeout(res, 50));
-}
-const r = new Redis(url);
-
-const used = async () => Number(/used_memory:(\d+)/.exec(await r.info('memory'))?.[1]);
+const { url, client: r, used } = await ownRedis();
 
 const vigil = await createVigil({
   env: {},
@@ -152,7 +124,6 @@ if (process.env.BENCH_SHOW)
 
 await vigil.close();
 await r.quit();
-server.kill('SIGTERM');
 
 const per = (after - before) / args.sessions;
 console.log(

@@ -25,6 +25,39 @@ export function freePort(): Promise<number> {
   });
 }
 
+/**
+ * A redis-server of the bench's own (a free port, no persistence, nothing else in it),
+ * so `used_memory` measures only what the bench wrote; resolves once it answers.
+ */
+export async function ownRedis(): Promise<{ url: string; client: Redis; used(): Promise<number> }> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'vigil-redis-mem-'));
+  track(
+    spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'],
+      {
+        stdio: 'ignore',
+      },
+    ),
+  );
+  const url = `redis://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    probe.on('error', () => {});
+    const up = await probe.connect().then(
+      () => probe.ping().then(() => true),
+      () => false,
+    );
+    probe.disconnect();
+    if (up) break;
+    if (i > 100) throw new Error('redis-server did not start');
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  const client = new Redis(url);
+  return { url, client, used: async () => Number(/used_memory:(\d+)/.exec(await client.info('memory'))?.[1]) };
+}
+
 /** A child process this bench started (killed when the bench exits). */
 export function track(child: ChildProcess): ChildProcess {
   children.push(child);

@@ -215,6 +215,32 @@ export function buildProgram(io: Io = defaultIo()): Command {
       else io.out(sessionsTable(shown, rows.length));
     });
 
+  program
+    .command('report')
+    .description(
+      'the ledger of a running service: loops caught, what they cost before the flag and the action, still open',
+    )
+    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
+    .option('--since <duration>', 'the window back from now', '24h')
+    .option('--by <group>', 'group the loops by session, tree, agent, model or day', 'model')
+    .option('--limit <n>', 'list at most this many loops (the summary counts all)', '50')
+    .option('--json', 'what GET /ledger answers, as one JSON line')
+    .action(async (raw) => {
+      const { GROUPS, report } = await import('./report.ts');
+      const a = parseArgs(
+        z.strictObject({
+          url: z.string().optional(),
+          since: duration(),
+          by: z.enum(GROUPS),
+          limit: z.coerce.number().int().min(1).max(100_000),
+          json: z.boolean().optional(),
+        }),
+        raw,
+        'report',
+      );
+      await report(remoteOf(a, env, 'report'), a, io.out);
+    });
+
   const knobs = program.command('knobs').description('runtime knobs of a running service');
   knobs
     .command('show', { isDefault: true })
@@ -266,6 +292,11 @@ export function buildProgram(io: Io = defaultIo()): Command {
     .option('--labels <file>', 'JSON {session: "loop" | "ok"}: score the verdicts')
     .option('--sweep [grid]', 'replay a grid of thresholds against the labels (optional JSON grid file)')
     .option('--knobs <file>', 'YAML or JSON: the progress section or a whole config')
+    .option(
+      '--ledger',
+      'through the whole kernel per mode: what each flagged stretch cost to the flag and to the action',
+    )
+    .option('--mode <mode...>', 'with --ledger: the response modes to compare (default: warn auto_recover)')
     .action(async (input, raw) => {
       const a = parseArgs(
         z.strictObject({
@@ -274,6 +305,8 @@ export function buildProgram(io: Io = defaultIo()): Command {
           labels: z.string().min(1).optional(),
           sweep: z.union([z.boolean(), z.string().min(1)]).optional(),
           knobs: z.string().min(1).optional(),
+          ledger: z.boolean().optional(),
+          mode: z.array(z.string().regex(/^[a-z][a-z0-9_-]*$/, 'a mode name such as auto_recover')).optional(),
         }),
         { input, ...raw },
         'replay',

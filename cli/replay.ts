@@ -4,7 +4,7 @@ import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import type { VerdictLevel } from '../core/wire.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from '../detectors/no-progress/knobs.ts';
-import { detectKind, type InputIssue } from '../detectors/no-progress/replay/inputs.ts';
+import { detectKind, type InputIssue, loadInput } from '../detectors/no-progress/replay/inputs.ts';
 import {
   DEFAULT_SWEEP,
   type Labels,
@@ -16,6 +16,7 @@ import {
   type SweepRow,
   score,
 } from '../detectors/no-progress/replay/replay.ts';
+import { type LedgerRun, renderLedgerReplay, replayLedger } from './ledger-replay.ts';
 import { table } from './remote.ts';
 
 // `vigil replay INPUT`: the presentation of a replay (the judge and the loaders live
@@ -36,6 +37,9 @@ export interface ReplayArgs {
   labels?: string;
   sweep?: boolean | string;
   knobs?: string;
+  /** Replay through the whole kernel in these modes and print the ledger. */
+  ledger?: boolean;
+  mode?: string[];
 }
 
 const iso = (ts: number | null | undefined) =>
@@ -64,11 +68,14 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
     knobs = a.knobs ? readKnobs(a.knobs) : NoProgressKnobsSchema.parse({});
     if (a.labels) labels = readJson(a.labels, 'labels file', LabelsSchema);
     if (a.sweep && !labels) throw new Error('--sweep needs --labels FILE');
+    if (a.ledger && (a.sweep || labels)) throw new Error('--ledger replays through the kernel: no --labels or --sweep');
     if (typeof a.sweep === 'string') grid = readGrid(a.sweep);
   } catch (e) {
     err((e as Error).message);
     return 2;
   }
+
+  if (a.ledger) return ledger(a, knobs, io, err);
 
   const st = statSync(a.input);
   const jsonl = st.isFile() && detectKind(a.input) === 'jsonl';
@@ -128,6 +135,35 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
   }
   return result.rejected ? 1 : 0;
 }
+
+/** The ledger replay: the input loaded once, replayed per mode, printed side by side (or one JSON line per mode). */
+async function ledger(
+  a: ReplayArgs,
+  knobs: NoProgressKnobs,
+  io: { stdout: Out; stderr: Out },
+  err: (s: string) => void,
+): Promise<number> {
+  let loaded: Awaited<ReturnType<typeof loadInput>>;
+  try {
+    loaded = await loadInput(a.input, { onIssue: (i) => err(`${i.where}: ${i.field}: ${i.message}`) });
+  } catch (e) {
+    err(`cannot read ${a.input}: ${(e as Error).message}`);
+    return 2;
+  }
+  const runs: LedgerRun[] = [];
+  try {
+    for (const m of a.mode?.length ? a.mode : LEDGER_MODES) runs.push(await replayLedger(loaded.inputs, m, { knobs }));
+  } catch (e) {
+    err((e as Error).message);
+    return 2;
+  }
+  if (a.json) for (const r of runs) io.stdout.write(`${JSON.stringify({ mode: r.mode, ...r.view })}\n`);
+  else io.stdout.write(renderLedgerReplay(runs));
+  return loaded.issues.length ? 1 : 0;
+}
+
+/** What a ledger replay compares by default: warnings only, and the mode that recovers. */
+export const LEDGER_MODES = ['warn', 'auto_recover'];
 
 function newBar(stream: Out, what: string, unit: string): cliProgress.SingleBar {
   return new cliProgress.SingleBar(

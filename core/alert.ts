@@ -24,6 +24,11 @@ export const AlertInputSchema = z.strictObject({
   /** The incident report: deterministic text built from fingerprints and targets, never content. */
   details: z.string().max(16_384).default(''),
   source: z.string().min(1).max(64),
+  /**
+   * An escalation step within a severity (an acting mode's stage): a higher stage at the
+   * same severity escalates the open incident too. Absent: 0.
+   */
+  stage: z.number().int().min(0).max(100).optional(),
 });
 export type AlertInput = z.input<typeof AlertInputSchema>;
 

@@ -14,26 +14,63 @@ export const DEFAULT_CONFIG_PATH = join(PACKAGE_ROOT, 'config/default.yaml');
 
 // Sections owned by the core. Plugin sections (detectors, modes, channel options)
 // are composed in from the registry by rootSchema().
-export const ServerSchema = z.strictObject({
-  host: z.string().min(1).default('127.0.0.1'),
-  port: z.number().int().min(0).max(65535).default(7411),
-  /** Env var holding the admin token; required on mutating admin routes and off loopback. */
-  admin_token_env: z.string().min(1).default('VIGIL_ADMIN_TOKEN'),
-  /** Env var holding the ingestion token the sensors send; when set (always off loopback) ingestion needs it. */
-  ingest_token_env: z.string().min(1).default('VIGIL_INGEST_TOKEN'),
-  body_limit_bytes: z.number().int().positive().default(262_144),
-  /** Per client address on the ingestion routes: at most `max` requests per `window` (429 beyond). */
-  rate_limit: z
-    .strictObject({
-      max: z.number().int().positive().default(3_000),
-      window: duration().prefault('1m'),
-    })
-    .prefault({}),
-  /** Event times more than this ahead of the service's clock are refused (naming the field). */
-  max_clock_skew: duration().prefault('5m'),
-  /** Event times older than this are refused (a replay belongs in `vigil replay`). */
-  max_event_age: duration().prefault('30d'),
-});
+export const ServerSchema = z
+  .strictObject({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: z.number().int().min(0).max(65535).default(7411),
+    /** Env var holding the admin token; required on mutating admin routes and off loopback. */
+    admin_token_env: z.string().min(1).default('VIGIL_ADMIN_TOKEN'),
+    /**
+     * Env var holding the ingestion token: what sensors and routers send (the opencode
+     * plugin, the watchdog, a router's records and gate checks). When set (always off
+     * loopback) their routes need it; it never opens an admin route.
+     */
+    ingest_token_env: z.string().min(1).default('VIGIL_INGEST_TOKEN'),
+    body_limit_bytes: z.number().int().positive().default(262_144),
+    /** A request (headers and body) not received in full by then is answered 408 and its connection closed. */
+    request_timeout: duration().prefault('30s'),
+    /** The headers of a request not received in full by then: 408 and closed (slow clients hold no socket). */
+    headers_timeout: duration().prefault('10s'),
+    /**
+     * Host names accepted in the Host header besides loopback names (`localhost`,
+     * `*.localhost`) and IP literals, which a DNS rebinding cannot use; `"*"` accepts any.
+     */
+    allowed_hosts: z
+      .array(
+        z
+          .string()
+          .regex(/^(\*|[A-Za-z0-9.-]{1,253})$/, 'a host name (no port), or "*"')
+          .transform((h) => h.toLowerCase()),
+      )
+      .max(100)
+      .default([]),
+    /** Per client address on the ingestion routes: at most `max` requests per `window` (429 beyond). */
+    rate_limit: z
+      .strictObject({
+        max: z.number().int().positive().default(3_000),
+        window: duration().prefault('1m'),
+      })
+      .prefault({}),
+    /**
+     * Per client address: at most `max` sessions the service does not know yet per
+     * `window` (429 beyond; inputs for known sessions go on), so one sender flooding new
+     * ids cannot push the others' sessions out of detection.max_sessions.
+     */
+    new_sessions: z
+      .strictObject({
+        max: z.number().int().positive().default(1_000),
+        window: duration().prefault('1m'),
+      })
+      .prefault({}),
+    /** Event times more than this ahead of the service's clock are refused (naming the field). */
+    max_clock_skew: duration().prefault('5m'),
+    /** Event times older than this are refused (a replay belongs in `vigil replay`). */
+    max_event_age: duration().prefault('30d'),
+  })
+  .refine((s) => s.headers_timeout <= s.request_timeout, {
+    path: ['headers_timeout'],
+    message: 'must be <= request_timeout',
+  });
 
 export const StoreSchema = z.strictObject({
   /** auto: Redis when a Redis URL is configured (redis_url or the redis_url_env variable), else memory. */
@@ -59,8 +96,19 @@ export const GateSchema = z.strictObject({
 export const DetectionSchema = z.strictObject({
   /** How often detectors that keep time judge with no input (restore stalls, pending breaker evidence); 0: never. */
   tick_interval: duration().prefault('15s'),
-  /** Sessions tracked at most (on Redis too); past it the oldest are forgotten, logged and counted, on the tick. */
+  /**
+   * Sessions tracked at most (on Redis too); past it the least recently active are
+   * forgotten on the tick, logged and counted.
+   */
   max_sessions: z.number().int().min(100).max(10_000_000).default(100_000),
+  /**
+   * A tree with no sensor input (plugin event, request record, outside verdict) for this
+   * long is shown as stale (an opencode server long gone): its plugin no longer "live",
+   * and it leaves the refused list of the readouts (its state is kept; Resume still works).
+   */
+  stale_after: duration().prefault('30m'),
+  /** A session with input within this is never evicted by max_sessions (the cap waits until it is idle). */
+  active_window: duration().prefault('15m'),
 });
 
 const RateLimitSchema = z.strictObject({
@@ -92,6 +140,15 @@ export const NotificationsCoreSchema = {
   max_attempts: z.number().int().min(0).max(10_000).default(0),
   /** In-process queue: on a clean stop, wait this long for queued alerts to go out. */
   drain_timeout: duration().prefault('10s'),
+  /**
+   * In-process queue: the alerts still undelivered after the drain are written to this
+   * file and delivered at the next start. null: `vigil serve` spools to
+   * $XDG_STATE_HOME/vigil/alert-spool-<port>.json, an embedder does not; false: never.
+   */
+  spool_file: z
+    .union([z.literal(false), z.string().min(1).max(4096)])
+    .nullable()
+    .default(null),
   /** Delivery log entries kept (successes and failures). */
   log_size: z.number().int().positive().default(500),
   /** Parallel deliveries per channel in each process; 1 keeps each incident's messages in order. */

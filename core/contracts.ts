@@ -161,6 +161,23 @@ export interface Panel {
   title: string;
   columns: { key: string; label: string }[];
   rows: Record<string, unknown>[];
+  /** A chart of the same figures, drawn above the table. */
+  chart?: PanelChart;
+}
+
+/** Line series over a shared x axis of times (the table beside it carries the numbers). */
+export interface PanelChart {
+  /** Epoch ms, ascending (one point per day, hour, ...). */
+  x: number[];
+  /** What y counts, shown on the axis: `usd` is drawn as dollars. */
+  unit: string;
+  series: {
+    label: string;
+    values: (number | null)[];
+    /** Series of one group share a colour (a model's total and its part in loops). */
+    group?: string;
+    dashed?: boolean;
+  }[];
 }
 
 /**

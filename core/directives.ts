@@ -16,6 +16,12 @@ const sameAs = (a: DirectiveSpec, b: Directive, now: number) =>
   a.toast?.message === b.toast?.message &&
   now - b.created_at < SAME_MS;
 
+/** Whether lift `l` ends block `b` (the tree's lift ends every block of the tree). */
+const lifts = (l: DirectiveSpec, b: Directive) =>
+  l.type === 'lift' &&
+  b.type === 'block' &&
+  (l.scope === 'tree' || (b.scope !== 'tree' && b.session_id === l.session_id));
+
 /**
  * Directives for the opencode plugin, queued per tree and kept until the plugin
  * acknowledges them, so a lost /progress response does not lose an action. Every
@@ -39,7 +45,9 @@ export class DirectiveQueue {
     }));
     return this.store.update<Directive[], Directive[]>(keys.directives(root), (cur) => {
       const added = made.filter((d) => !(cur ?? []).some((c) => sameAs(d, c, now)));
-      let next = [...(cur ?? []), ...added];
+      // A lift ends the blocks of its scope: they leave the queue with it, so a sensor
+      // that never acknowledged them (it restarted, or was gone) does not block again.
+      let next = [...(cur ?? []).filter((c) => !added.some((d) => lifts(d, c))), ...added];
       while (next.length > CAP) {
         const i = next.findIndex((d) => d.type === 'toast');
         next = i >= 0 ? next.filter((_, j) => j !== i) : next.slice(1);

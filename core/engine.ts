@@ -46,7 +46,13 @@ export interface SessionRow {
   reason: string;
   source: string;
   stage: number;
+  /** The gate refuses it (a scoped refusal or the tree's hard stop). */
   refused: boolean;
+  /**
+   * No sensor reported on any session of its tree for `detection.stale_after` (an
+   * opencode server long gone): readouts show it as stale rather than refused or live.
+   */
+  stale: boolean;
   models: string[];
   plugin_live: boolean;
   plugin_version: string | null;
@@ -166,6 +172,8 @@ export class Engine {
     private readonly notifier: Notifier,
     private readonly metrics: Metrics,
     private readonly events: EventEmitter,
+    /** detection.stale_after: a tree this long without sensor input reads as stale. */
+    private readonly staleAfterMs = 30 * 60_000,
   ) {
     this.directives = new DirectiveQueue(store);
     const having = (m: keyof Detector) => driven.filter((x) => typeof x.detector[m] === 'function');
@@ -765,6 +773,7 @@ export class Engine {
       source: worst?.source ?? '',
       stage: tree?.stage ?? 0,
       refused: Boolean(tree?.refuse_all || tree?.refused[id]),
+      stale: false,
       models: meta?.models ?? [],
       plugin_live: this.tree.pluginLive(meta),
       plugin_version: meta?.plugin_version ?? null,
@@ -780,7 +789,22 @@ export class Engine {
       if ((r.last_event_at ?? 0) > last) last = r.last_event_at ?? 0;
     }
     row.last_event_at = last ? new Date(last).toISOString() : null;
-    return row;
+    return this.withStaleness([row])[0];
+  }
+
+  /** Marks the rows of trees no sensor reported on for staleAfterMs (their plugin is not live then). */
+  private withStaleness(rows: SessionRow[]): SessionRow[] {
+    const lastOf = new Map<string, number>();
+    for (const r of rows) {
+      const t = r.last_event_at ? Date.parse(r.last_event_at) : 0;
+      lastOf.set(r.root, Math.max(lastOf.get(r.root) ?? 0, t));
+    }
+    const now = this.clock.now();
+    for (const r of rows) {
+      r.stale = now - (lastOf.get(r.root) ?? 0) > this.staleAfterMs;
+      if (r.stale) r.plugin_live = false;
+    }
+    return rows;
   }
 
   /** Every tracked session, most recent activity first. */
@@ -792,6 +816,8 @@ export class Engine {
       const r = await this.sessionRow(id);
       if (r) rows.push(r);
     }
+    // Staleness is the tree's: a quiet child of a busy root is not stale.
+    this.withStaleness(rows);
     return rows.sort((a, b) => (b.last_event_at ?? '').localeCompare(a.last_event_at ?? '')).slice(0, limit);
   }
 

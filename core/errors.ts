@@ -10,10 +10,16 @@ export const ERRORS = {
   CHANNEL_DELIVERY_FAILED: 502,
   CHANNEL_TIMEOUT: 504,
   STORE_UNAVAILABLE: 503,
+  /** Redis refused the password (or the user): not an outage, a configuration to fix. */
+  AUTH_FAILED: 503,
   BAD_INPUT: 400,
   UNAUTHORIZED: 401,
   FORBIDDEN: 403,
+  /** The Host header names a host not in server.allowed_hosts (DNS rebinding). */
+  HOST_NOT_ALLOWED: 403,
   NOT_FOUND: 404,
+  /** A client over a per-client limit (requests, new sessions). */
+  RATE_LIMITED: 429,
 } as const satisfies Record<string, number>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -19,6 +19,7 @@ export type {
   ModePlugin,
   Origin,
   Panel,
+  PanelChart,
   PluginRoute,
   SessionInfo,
   SessionReadout,

@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger, registerSecret } from './logger.ts';
+import { createLogger, registerSecret, scrub, significantParts } from './logger.ts';
 
 function capture() {
   const lines: string[] = [];
@@ -31,5 +31,25 @@ describe('logger redaction', () => {
     const out = lines.join('');
     expect(out).not.toContain('whsec_supersecretvalue');
     expect(out.match(/\[REDACTED\]/g)?.length).toBe(3);
+  });
+
+  it("scrubs a secret URL's path and query wherever they appear without the rest", () => {
+    const url = 'https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/abcdefghijklmnopqrstuvwx?token=q-s3cret';
+    registerSecret(url);
+    expect(scrub(`POST ${url} failed`)).toBe('POST [REDACTED] failed');
+    expect(scrub('400: no hook /services/T0ABCDEFG/B0ABCDEFG/abcdefghijklmnopqrstuvwx')).toBe(
+      '400: no hook [REDACTED]',
+    );
+    expect(scrub('bad: services/T0ABCDEFG/B0ABCDEFG/abcdefghijklmnopqrstuvwx')).toBe('bad: [REDACTED]');
+    expect(scrub('token abcdefghijklmnopqrstuvwx revoked')).toBe('token [REDACTED] revoked');
+    expect(scrub('query was token=q-s3cret')).toBe('query was [REDACTED]');
+    // The host names a provider, not a secret; short segments are ordinary words.
+    expect(scrub('hooks.slack.com answered 400 for services')).toBe('hooks.slack.com answered 400 for services');
+  });
+
+  it('finds no parts in a value that is not a URL, and none shorter than 6 characters', () => {
+    expect(significantParts('whsec_abcdefgh')).toEqual([]);
+    expect(significantParts('https://ntfy.sh/ab')).toEqual([]);
+    expect(significantParts('https://ntfy.sh/my-topic-1')).toEqual(['/my-topic-1']);
   });
 });

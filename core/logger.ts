@@ -30,15 +30,60 @@ const REDACT_PATHS = [
  * message or a URL cannot reach the log even under a key we did not foresee.
  */
 const secretValues = new Set<string>();
+/** The same, longest first: a whole URL is replaced before its path could be. */
+let byLength: string[] = [];
+
+/** Shortest value or part scrubbed: shorter ones would match ordinary words. */
+const MIN_SECRET = 6;
+/** A path segment this long is a token on its own (a Slack webhook's last segment is 24). */
+const TOKEN_SEGMENT = 16;
+
+/**
+ * The parts of a secret URL that give it away alone, since a receiver may quote them
+ * back (a 400 body naming the request path): the path (with its leading slash, and
+ * without it when it has several segments), every token-long segment, the query and
+ * each query value, the password. Not the host, which names a provider, not a secret.
+ * Empty for a value that is not a URL.
+ */
+export function significantParts(value: string): string[] {
+  if (!/^[a-z][a-z0-9+.-]*:\/\/[^/\s]/i.test(value) || !URL.canParse(value)) return [];
+  const u = new URL(value);
+  const out: string[] = [];
+  const both = (encoded: string) => {
+    out.push(encoded);
+    try {
+      out.push(decodeURIComponent(encoded));
+    } catch {
+      // not valid percent-encoding: the encoded form alone
+    }
+  };
+  const path = u.pathname;
+  if (path.length >= MIN_SECRET + 2) {
+    both(path);
+    if (path.indexOf('/', 1) > 0) both(path.slice(1));
+  }
+  for (const seg of path.split('/')) if (seg.length >= TOKEN_SEGMENT) both(seg);
+  if (u.search.length > 1) {
+    both(u.search);
+    both(u.search.slice(1));
+    for (const [, v] of u.searchParams) out.push(v);
+  }
+  if (u.password) both(u.password);
+  return [...new Set(out)].filter((p) => p.length >= MIN_SECRET);
+}
 
 export function registerSecret(value: string | undefined): void {
-  if (value && value.length >= 6) secretValues.add(value);
+  if (!value || value.length < MIN_SECRET) return;
+  const before = secretValues.size;
+  secretValues.add(value);
+  for (const p of significantParts(value)) secretValues.add(p);
+  if (secretValues.size !== before) byLength = [...secretValues].sort((a, b) => b.length - a.length);
 }
 
 export function scrub(s: string): string {
   if (secretValues.size === 0) return s;
   let out = s;
-  for (const v of secretValues) if (out.includes(v)) out = out.split(v).join('[REDACTED]');
+  for (const v of byLength) if (out.includes(v)) out = out.split(v).join('[REDACTED]');
   return out;
 }
 

@@ -15,6 +15,11 @@ export const TOKENS = {
   Tree: Symbol('Tree'),
   /** `(transitions) => Promise<void>`: how a detector reports transitions outside an input (a timer, a gate check). */
   Emit: Symbol('Emit'),
+  /**
+   * `(root, directives) => Promise<void>`: how a detector queues actions for the sensor
+   * outside a session transition (a block of a tree its gate refuses, and its lift).
+   */
+  Directives: Symbol('Directives'),
   /** The instance's event bus (node:events): transition, tree, delivery, knobs, channel, heartbeat. */
   Events: Symbol('Events'),
   /** The configured response mode, live (ModeInfo in core/contracts.ts). */

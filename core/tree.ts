@@ -13,6 +13,8 @@ export interface SessionMeta {
   first_seen: number;
   /** Latest input time seen (epoch ms), persisted at most once a minute. */
   last_seen?: number;
+  /** When this service last had an input for it (its clock, epoch ms), persisted at most once a minute. */
+  active_at?: number;
 }
 
 /** What one input says about its session. */
@@ -104,6 +106,7 @@ export class SessionTree {
     const pv = f.origin?.plugin_version;
     if (pv !== undefined && (m.plugin_version !== pv || now - (m.plugin_seen_at ?? 0) > PLUGIN_LIVE_MS / 4))
       return true;
+    if (now - (m.active_at ?? m.first_seen) > SEEN_WRITE_MS) return true;
     return f.ts !== undefined && f.ts - (m.last_seen ?? 0) > SEEN_WRITE_MS;
   }
 
@@ -115,32 +118,47 @@ export class SessionTree {
       (f.model !== undefined && !cur.models.includes(f.model)) ||
       (f.agent !== undefined && cur.agent === undefined) ||
       (pv !== undefined && (cur.plugin_version !== pv || now - (cur.plugin_seen_at ?? 0) > PLUGIN_LIVE_MS / 4)) ||
+      now - (cur.active_at ?? cur.first_seen) > SEEN_WRITE_MS ||
       (f.ts !== undefined && f.ts - (cur.last_seen ?? 0) > SEEN_WRITE_MS);
     if (known && !changed(known)) return;
-    let created = false;
+    let moved = false;
     const next = await this.store.update<SessionMeta, SessionMeta>(keys.meta(f.id), (cur) => {
-      created = cur === undefined;
       const m = cur ?? { models: [], first_seen: now };
-      if (cur && !changed(cur)) return { value: cur, result: cur, ttlMs: TTL.session };
+      if (cur && !changed(cur)) {
+        moved = false;
+        return { value: cur, result: cur, ttlMs: TTL.session };
+      }
+      moved = cur === undefined || (cur.active_at ?? cur.first_seen) < now;
       const v: SessionMeta = {
         ...m,
         models: f.model !== undefined && !m.models.includes(f.model) ? [...m.models, f.model].slice(-8) : m.models,
         ...(f.agent !== undefined && m.agent === undefined ? { agent: f.agent } : {}),
         ...(pv !== undefined ? { plugin_version: pv, plugin_seen_at: now } : {}),
         ...(f.ts !== undefined ? { last_seen: Math.max(f.ts, m.last_seen ?? 0) } : {}),
+        active_at: Math.max(now, m.active_at ?? 0),
       };
       return { value: v, result: v, ttlMs: TTL.session };
     });
     this.metas.set(f.id, next);
-    if (created) await this.store.indexAdd(keys.sessions, f.id, next.first_seen);
+    // The cap's index is ordered by last activity: an active session moves up, so a
+    // flood of new ids pushes out the idle ones first (trim()).
+    if (moved) await this.store.indexAdd(keys.sessions, f.id, next.active_at ?? now);
+  }
+
+  /** Whether the service knows the session (has had an input for it): synchronous when cached. */
+  known(id: string): boolean | Promise<boolean> {
+    if (this.metas.peek(id) !== undefined) return true;
+    return this.meta(id).then((m) => m !== undefined);
   }
 
   /**
-   * Keeps at most `max` sessions: the oldest (by first seen) beyond it are forgotten
-   * here, their ids returned so the detectors drop what they keep for them too.
+   * Keeps at most `max` sessions: the least recently active beyond it are forgotten
+   * here, their ids returned so the detectors drop what they keep for them too. A
+   * session active since `activeSince` is never forgotten: the cap waits for it to go
+   * idle (a flood of new ids cannot reset a live session's detection).
    */
-  async trim(max: number): Promise<string[]> {
-    const gone = await this.store.indexTrim(keys.sessions, max);
+  async trim(max: number, activeSince = Number.POSITIVE_INFINITY): Promise<string[]> {
+    const gone = await this.store.indexTrim(keys.sessions, max, activeSince);
     for (const id of gone) {
       await this.store.del(keys.meta(id));
       await this.store.del(keys.parent(id));

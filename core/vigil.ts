@@ -38,6 +38,7 @@ import type { Store } from './store/store.ts';
 import { TOKENS } from './tokens.ts';
 import { SessionTree } from './tree.ts';
 import {
+  type DirectiveSpec,
   type GateAnswer,
   type GateQuery,
   type Heartbeat,
@@ -74,6 +75,11 @@ export interface KernelOptions {
   clock?: Clock;
   /** Consume the delivery queue in this process (default true). */
   worker?: boolean;
+  /**
+   * Memory backend: the spool file used when `notifications.spool_file` is null (the
+   * service names one per port; an embedder gets none unless its config names one).
+   */
+  defaultSpoolFile?: (config: VigilConfig) => string | undefined;
 }
 
 /** The Redis URL when the config selects Redis (explicitly or by `auto` with a URL set). */
@@ -211,6 +217,11 @@ export class Vigil {
         if (ts.length && engine) await engine.handle(ts);
       },
     });
+    c.register(TOKENS.Directives, {
+      useValue: async (root: string, specs: DirectiveSpec[]) => {
+        if (specs.length && engine) await engine.directives.push(root, specs, clock.now());
+      },
+    });
     const driven: Driven[] = [];
     for (const plugin of registry.detectors.values()) {
       const child = c.createChildContainer();
@@ -241,6 +252,7 @@ export class Vigil {
       this.notifier,
       this.metrics,
       this.events,
+      this.config.detection.stale_after as number,
     );
     this.engine = engine;
   }
@@ -381,7 +393,7 @@ export class Vigil {
 
   /**
    * What the timer does: detectors that keep time judge, unsettled fan-outs are
-   * finished, and sessions past detection.max_sessions are forgotten (oldest first).
+   * finished, and sessions past detection.max_sessions are forgotten (least recently active first).
    */
   async tick(now = this.clock.now()): Promise<void> {
     // Runtime knobs and channel toggles another instance changed take effect here.
@@ -398,9 +410,13 @@ export class Vigil {
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));
   }
 
-  /** Forgets the oldest sessions beyond detection.max_sessions, in the tree and in every detector. */
+  /**
+   * Forgets the least recently active sessions beyond detection.max_sessions, in the
+   * tree and in every detector; none active within detection.active_window.
+   */
   async trimSessions(): Promise<string[]> {
-    const gone = await this.tree.trim(this.config.detection.max_sessions as number);
+    const d = this.config.detection;
+    const gone = await this.tree.trim(d.max_sessions as number, this.clock.now() - (d.active_window as number));
     if (!gone.length) return gone;
     for (const d of this.detectors.values()) await d.forget?.(gone);
     this.metrics.sessionsEvicted.inc(gone.length);
@@ -442,6 +458,9 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
     (await loadConfigWithPlugins({ registry, file: opts.configFile, extra: opts.extra, overlay: opts.overlay, env }));
   const logger = opts.logger ?? silentLogger();
   const clock = opts.clock ?? systemClock;
+  // Secrets the logger scrubs wherever they appear (with their significant parts).
+  registerSecret(env[config.server.admin_token_env]);
+  registerSecret(env[config.server.ingest_token_env]);
   for (const ch of config.notifications.channels as ChannelEntry[]) {
     for (const [k, v] of Object.entries(ch.options))
       if (k.endsWith('_env') && typeof v === 'string') registerSecret(env[v]);
@@ -452,6 +471,7 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
     lockDurationMs: n.lock_duration,
     stalledIntervalMs: n.stalled_interval,
     drainTimeoutMs: n.drain_timeout,
+    spoolFile: n.spool_file === false ? undefined : (n.spool_file ?? opts.defaultSpoolFile?.(config)),
   };
   const url = redisUrlOf(config, env);
   let store: Store;
@@ -460,12 +480,16 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
     registerSecret(url);
     store = new RedisStore({ url, prefix: config.store.key_prefix, timeoutMs: config.store.timeout });
     // Unreachable at start: say where (never the password) instead of failing on the first read.
-    if (!(await (store as RedisStore).ping(Math.max(2_000, config.store.timeout as number)))) {
+    const bad = await (store as RedisStore).unusable(Math.max(2_000, config.store.timeout as number));
+    if (bad) {
       await store.close();
-      throw new AppError(
-        'STORE_UNAVAILABLE',
-        `Redis at ${redactUrl(url)} does not answer (store.redis_url_env: ${config.store.redis_url_env})`,
-      );
+      const where = `Redis at ${redactUrl(url)}`;
+      const named = `store.redis_url_env: ${config.store.redis_url_env}`;
+      if (bad.code === 'AUTH_FAILED') {
+        // "Redis at ... refused the credentials (WRONGPASS): AUTH_FAILED (store.redis_url_env: REDIS_URL)"
+        throw new AppError('AUTH_FAILED', `${where} ${bad.message.replace(/^Redis /, '')}: AUTH_FAILED (${named})`);
+      }
+      throw new AppError('STORE_UNAVAILABLE', `${where} does not answer (${named})`);
     }
     queue = new BullQueue({ ...timing, url, prefix: `${config.store.key_prefix}:q`, logger });
   } else {
@@ -539,8 +563,10 @@ export async function inspectConfig(opts: KernelOptions): Promise<ConfigReport> 
   }
   const store = new RedisStore({ url, prefix: config.store.key_prefix, timeoutMs: config.store.timeout });
   try {
-    if (!(await store.ping(2_000))) {
-      return { config, channels, knobs, toggles: {}, runtime: `not read: Redis at ${redactUrl(url)} does not answer` };
+    const bad = await store.unusable(2_000);
+    if (bad) {
+      const why = bad.code === 'AUTH_FAILED' ? `refused the credentials (${bad.code})` : 'does not answer';
+      return { config, channels, knobs, toggles: {}, runtime: `not read: Redis at ${redactUrl(url)} ${why}` };
     }
     const k = new Knobs(opts.registry, config, store, silentLogger());
     await k.load();

@@ -397,7 +397,7 @@ export const GateAnswerSchema = z.object({
 });
 export type GateAnswer = z.output<typeof GateAnswerSchema>;
 
-export const DIRECTIVE_TYPES = ['toast', 'abort', 'compact', 'lift', 'fresh'] as const;
+export const DIRECTIVE_TYPES = ['toast', 'abort', 'compact', 'lift', 'fresh', 'block'] as const;
 export type DirectiveType = (typeof DIRECTIVE_TYPES)[number];
 
 /** An action for the opencode plugin, queued per tree until the plugin acknowledges it. */
@@ -418,6 +418,13 @@ export const DirectiveSpecSchema = z.strictObject({
   auto_continue: z.boolean().optional(),
   /** fresh: open the fresh session with the brief (`report`) instead of only showing it. */
   open_session: z.boolean().optional(),
+  /**
+   * block and lift: `session` (the default) is that session only; `tree` is every
+   * session of the tree `session_id` roots (a hard stop; its lift is a Resume). A block
+   * makes the sensor refuse the scope's tool calls, with `reason` and `report` as the
+   * error, and stays pending until lifted, so a restarted sensor blocks again.
+   */
+  scope: z.enum(['session', 'tree']).optional(),
   reason: z.string().max(300).optional(),
 });
 export type DirectiveSpec = z.output<typeof DirectiveSpecSchema>;

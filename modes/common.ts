@@ -71,9 +71,18 @@ export function settle(d: Decision, summary: string, source = 'vigil'): Decision
 /**
  * The warning part of a decision. `looping` is critical when nothing acts on it (warn
  * mode), a warning when the mode acts; a detector may set the severity itself; the
- * hard stop is always critical (added by auto_recover).
+ * hard stop is always critical (added by auto_recover). `hold`: the mode has the tree in
+ * hand (a recovery episode), so an incident whose sessions are ok again stays open until
+ * the mode ends the episode: a session judged afresh after a recovery has not shown
+ * progress yet, and a "recovered" then would not be true.
  */
-export function warnDecision(tree: TreeState, ev: ModeEvent, now: number, loopingSeverity: Severity): Decision {
+export function warnDecision(
+  tree: TreeState,
+  ev: ModeEvent,
+  now: number,
+  loopingSeverity: Severity,
+  hold = false,
+): Decision {
   const d: Decision = {
     tree: { ...tree, flagged: { ...tree.flagged }, updated_at: now },
     directives: [],
@@ -110,7 +119,9 @@ export function warnDecision(tree: TreeState, ev: ModeEvent, now: number, loopin
     });
     return d;
   }
-  return settle(d, `recovered: ${ev.agent ?? ev.session_id} is making progress`, sourceOf(ev));
+  if (hold) return d;
+  // The detector's own words for why the session is ok (a landed change, a quieter window).
+  return settle(d, `${ev.agent ?? ev.session_id}: ${ev.reason}`.slice(0, 1024), sourceOf(ev));
 }
 
 /**
@@ -129,13 +140,18 @@ export function resumeDecision(d: Decision, by: string): Decision {
     recoveries: [],
     awaiting_compaction: undefined,
   };
-  d.directives.push({ type: 'lift', session_id: t.root, reason: `resumed by ${by}` });
+  // The whole tree: the sensor lifts every block of it and nudges a session it stopped.
+  d.directives.push({ type: 'lift', session_id: t.root, scope: 'tree', reason: `resumed by ${by}` });
   d.directives.push(toast(t.root, 'Vigil: resumed', `tree ${t.root} resumed by ${by}`, 'info'));
   return settle(d, `resumed by ${by}`);
 }
 
-/** Retry-After of a refusal when the mode has no option of its own. */
-export const GATE_DEFAULTS = { retry_after: 30_000, hard_stop_retry_after: 3_600_000 };
+/**
+ * Retry-After of a refusal when the mode has no option of its own. A stopped tree's is
+ * short: a client waiting in retry (opencode honours Retry-After) is back soon after a
+ * Resume, and a retry meanwhile costs one refused gate check.
+ */
+export const GATE_DEFAULTS = { retry_after: 30_000, hard_stop_retry_after: 10_000 };
 
 /** The gate's vote from a tree's state: the hard stop, a scoped refusal, or a context cap. */
 export function treeGate(

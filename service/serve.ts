@@ -1,7 +1,8 @@
-import type { Layer } from '../core/config.ts';
+import { join } from 'node:path';
+import type { Layer, VigilConfig } from '../core/config.ts';
 import { AppError } from '../core/errors.ts';
 import { createLogger, type Logger } from '../core/logger.ts';
-import { VERSION } from '../core/paths.ts';
+import { stateDir, VERSION } from '../core/paths.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { createVigil } from '../index.ts';
 import { buildServer } from './server.ts';
@@ -11,7 +12,12 @@ export { VERSION };
 /** `vigil serve`: the service with the config's defaults (memory backend unless Redis is configured). */
 export async function serve(o: { configFile?: string; extra?: Layer[] }): Promise<void> {
   const logger = createLogger();
-  const vigil = await createVigil({ configFile: o.configFile, extra: o.extra, logger });
+  const vigil = await createVigil({
+    configFile: o.configFile,
+    extra: o.extra,
+    logger,
+    defaultSpoolFile: (cfg) => defaultSpoolFile(cfg, process.env),
+  });
   const { host, port } = vigil.config.server;
   let address: string;
   try {
@@ -35,6 +41,17 @@ export async function serve(o: { configFile?: string; extra?: Layer[] }): Promis
     throw e;
   }
   await startupReport(vigil, logger, address);
+}
+
+/**
+ * Where `vigil serve` on the memory backend keeps the alerts a clean stop could not
+ * deliver: $XDG_STATE_HOME/vigil/alert-spool-<port>.json, one file per port, so two
+ * services on one machine keep their own. Port 0 (a new port each start) has none: no
+ * later start could tell it is the same service.
+ */
+export function defaultSpoolFile(cfg: VigilConfig, env: NodeJS.ProcessEnv): string | undefined {
+  const port = cfg.server.port;
+  return port === 0 ? undefined : join(stateDir(env), `alert-spool-${port}.json`);
 }
 
 /**

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../core/clock.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { normalizeCall } from '../opencode/normalize.ts';
 import { flushPrefix, testPrefix, testVigil, withMemory, withRedis } from '../test/helpers/index.ts';
@@ -15,7 +16,9 @@ afterEach(async () => {
   }
 });
 
-async function service(o: { backend?: 'memory' | 'redis'; prefix?: string; token?: boolean; overlay?: unknown } = {}) {
+async function service(
+  o: { backend?: 'memory' | 'redis'; prefix?: string; token?: boolean; overlay?: unknown; clock?: FakeClock } = {},
+) {
   const backend = o.backend ?? 'memory';
   const prefix = o.prefix ?? (backend === 'redis' ? testPrefix() : undefined);
   const v = await testVigil({
@@ -23,6 +26,7 @@ async function service(o: { backend?: 'memory' | 'redis'; prefix?: string; token
     prefix,
     env: o.token === false ? {} : { VIGIL_ADMIN_TOKEN: TOKEN },
     overlay: o.overlay,
+    clock: o.clock,
     channels: [{ name: 'desk', type: 'desktop', command: '/nonexistent/notify-send' }],
   });
   const app = await buildServer(v, { version: '9.9.9' });
@@ -321,12 +325,13 @@ describe.runIf(withMemory)('service API', () => {
     expect((await v.engine.treeState(id))?.stage).toBe(0);
   });
 
-  it('caps tracked sessions: the oldest beyond detection.max_sessions are forgotten, logged and counted', async () => {
-    const { app, v } = await service({ overlay: { detection: { max_sessions: 100 } } });
+  it('caps tracked sessions: the least recently active beyond detection.max_sessions are forgotten, logged and counted', async () => {
+    const clock = new FakeClock(Date.now());
+    const { app, v } = await service({ clock, overlay: { detection: { max_sessions: 100, active_window: 0 } } });
     for (let i = 0; i < 105; i++) {
-      expect(
-        (await app.inject({ method: 'POST', url: '/progress', payload: event(`ses_cap${i}`, i) })).statusCode,
-      ).toBe(202);
+      clock.advance(61_000);
+      const ev = event(`ses_cap${i}`, i, { ts: clock.now() });
+      expect((await app.inject({ method: 'POST', url: '/progress', payload: ev })).statusCode).toBe(202);
     }
     const gone = await v.trimSessions();
     expect(gone.sort()).toEqual(['ses_cap0', 'ses_cap1', 'ses_cap2', 'ses_cap3', 'ses_cap4']);

@@ -13,7 +13,8 @@ import { ConfigError } from '../core/config.ts';
 import { AppError, isAppError } from '../core/errors.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { adminPage, pageAware } from './admin/index.ts';
-import { adminGuard, INGEST_ROUTES, ingestGuard, isLoopback, weakToken } from './auth.ts';
+import { newSessionLimit, rateLimitOptions } from './admission.ts';
+import { accessHook, adminGuard, hostGuard, isLoopback, tokensOf, weakToken } from './auth.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
 import { gateRoutes } from './routes/gate.ts';
@@ -45,6 +46,9 @@ export type App = FastifyInstance<any, any, any, any, any>;
  * that names the field.
  */
 export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promise<App> {
+  const srv = vigil.config.server;
+  const requestTimeout = srv.request_timeout as number;
+  const headersTimeout = srv.headers_timeout as number;
   const app = Fastify({
     ...(opts.logger ? { loggerInstance: vigil.logger.child({ part: 'http' }) } : { logger: false }),
     // One line per request, written below (fastify's own are two, at info).
@@ -52,10 +56,21 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
     // No child logger per request (a pino child with redaction costs more than the
     // route): the few lines a request writes carry its id themselves.
     childLoggerFactory: (logger) => logger,
-    bodyLimit: vigil.config.server.body_limit_bytes,
+    bodyLimit: srv.body_limit_bytes,
     // Every id the schemas accept (128 characters) fits in a path, URL-encoded.
     routerOptions: { maxParamLength: 512 },
+    // A slow or stuck client (headers or a body shorter than its Content-Length) gets
+    // a 408 and its socket closed, instead of holding it forever. Node checks the
+    // deadlines every connectionsCheckingInterval, so that follows the shorter one.
+    requestTimeout,
+    http: {
+      requestTimeout,
+      headersTimeout,
+      connectionsCheckingInterval: Math.min(30_000, Math.max(100, Math.floor(headersTimeout / 4))),
+    },
   }).withTypeProvider<ZodTypeProvider>();
+  // Before anything else: a Host no DNS rebinding can forge, or one the operator listed.
+  app.addHook('onRequest', hostGuard(srv.allowed_hosts));
   vigil.metrics.collectProcess();
   if (opts.logger) {
     app.addHook('onResponse', async (req, reply) => {
@@ -92,27 +107,20 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
     transform: jsonSchemaTransform,
   });
 
-  const server = vigil.config.server;
-  const token = vigil.env[server.admin_token_env] || undefined;
-  const ingestToken = vigil.env[server.ingest_token_env] || undefined;
+  const { admin: token, ingest: ingestToken } = tokensOf(vigil);
   const admin = adminGuard(token);
-  const ingest = ingestGuard(ingestToken);
   const guarded = Boolean(opts.host && !isLoopback(opts.host));
   if (guarded) {
-    const weak = weakToken(token, server.admin_token_env) ?? weakToken(ingestToken, server.ingest_token_env);
+    const weak = weakToken(token, srv.admin_token_env) ?? weakToken(ingestToken, srv.ingest_token_env);
     if (weak) throw new AppError('CONFIG_INVALID', `binding ${opts.host} (not loopback) ${weak}`);
   }
-  // Sensors' routes need the ingestion token (when one is set; always off loopback);
-  // off loopback everything else needs the admin token.
-  const elsewhere = pageAware(admin);
-  // Only when there is something to check: an async hook costs every request.
-  if (ingestToken || guarded) {
-    app.addHook('onRequest', async (req, reply) => {
-      if (INGEST_ROUTES.has(req.routeOptions.url ?? '')) return ingest(req, reply);
-      if (guarded) return elsewhere(req, reply);
-    });
-  }
-  await app.register(rateLimit, { global: false });
+  // Sensors' and routers' routes need the ingestion token (when one is set; always off
+  // loopback); off loopback everything else needs the admin token (docs/api.md, Auth).
+  const access = accessHook(vigil, { guarded, reader: pageAware(admin) });
+  if (access) app.addHook('onRequest', access);
+  // After validation: a request naming too many sessions new to the service is refused.
+  app.addHook('preHandler', newSessionLimit(vigil));
+  await app.register(rateLimit, rateLimitOptions);
 
   app.setErrorHandler((err, req, reply) => {
     if (hasZodFastifySchemaValidationErrors(err)) {
@@ -122,11 +130,13 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
     }
     if (isAppError(err)) {
       // A store that does not answer: the client should come back, not give up.
-      if (err.code === 'STORE_UNAVAILABLE') {
+      if (err.code === 'STORE_UNAVAILABLE' || err.code === 'AUTH_FAILED') {
         vigil.metrics.rejected.inc({ route: req.routeOptions.url ?? 'unknown' });
         req.log.warn({ reqId: req.id, err: err.message }, 'store unavailable');
         void reply.header('retry-after', '5');
       }
+      const after = (err as { retryAfterS?: number }).retryAfterS;
+      if (after !== undefined) void reply.header('retry-after', String(after));
       // A config or knob error also lists each problem by path, so a form can show it beside its field.
       const problems = err instanceof ConfigError ? { problems: err.problems.map(problemOf) } : {};
       return reply

@@ -259,15 +259,16 @@ describe('metrics: Prometheus text at /metrics, the warnings at /warnings', () =
     expect(r.json().verdicts.length).toBeGreaterThan(0);
     await v.notifier.notify({ dedup_key: 'other', severity: 'warning', title: 't', summary: 's', source: 'test' });
     await app.inject({ method: 'POST', url: '/gate', payload: { conversation: 'ses_x' } });
-    // rec: stalling delivered, looping and "other" over its rate limit; desk: three failures.
+    // rec: stalling delivered, its escalation to looping (critical) too (a rise is never held
+    // by the rate limit), "other" (a second incident) over its rate limit; desk: three failures.
     await eventually(async () => (await v.deliveryLog.recent()).filter((x) => x.outcome !== 'retried').length === 6);
     const res = await app.inject({ method: 'GET', url: '/metrics' });
     expect(res.headers['content-type']).toContain('text/plain');
     const text = res.body;
-    expect(text).toContain('vigil_deliveries_total{channel="rec",outcome="delivered"} 1');
-    expect(text).toContain('vigil_deliveries_total{channel="rec",outcome="suppressed"} 2');
+    expect(text).toContain('vigil_deliveries_total{channel="rec",outcome="delivered"} 2');
+    expect(text).toContain('vigil_deliveries_total{channel="rec",outcome="suppressed"} 1');
     expect(text).toContain('vigil_deliveries_total{channel="desk",outcome="failed"} 3');
-    expect(text).toMatch(/vigil_delivery_seconds_count\{channel="rec"\} 1/);
+    expect(text).toMatch(/vigil_delivery_seconds_count\{channel="rec"\} 2/);
     expect(text).toMatch(/vigil_detection_seconds_count [1-9]/);
     expect(text).toContain('vigil_gate_answers_total{action="allow"} 1');
     expect(text).toContain('vigil_alert_queue_depth 0');

@@ -2,19 +2,25 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
-import { cleanEnv, type FakeServer, fakeServer, json, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { cleanEnv, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
+import { type WireServer, wireServer } from './helpers/wire-servers.ts';
 
 // auto_recover's stages end to end, against the real opencode-ai 1.18.33 with the
-// scripted fake model, `vigil serve` and the installed plugin. The scripted session
-// alternates a failing `sh check.sh` and a read of one file, and goes straight back to
-// that loop after each compaction (the fake model plays its `afterCompaction` steps
-// again after every one). Vigil must: stage 1 (abort, compact with the report), judge the
-// session afresh once the compaction is done, stage 2 on the renewed loop (the same plus
-// a context cap on the tree), stage 3 on the next one (the whole tree refused until an
-// admin Resume). Each stage shows in GET /trees/:root and as a transition of the tree's
-// recovery incident, delivered to a webhook. A healthy session in the same run: nothing.
+// scripted fake model, `vigil serve` and the installed plugin, and no router: the plugin
+// alone carries out every action. The scripted session alternates a failing
+// `sh check.sh` and a read of one file, and goes straight back to that loop after each
+// compaction (the fake model plays its `afterCompaction` steps again after every one).
+// Vigil must: stage 1 (abort, compact with the report), judge the session afresh once
+// the compaction is done, stage 2 on the renewed loop (the same plus a context cap on the
+// tree), stage 3 on the next one (the whole tree refused and its tool calls blocked until
+// an admin Resume). Each stage shows in GET /trees/:root and reaches a signed webhook at
+// its DEFAULT settings (min_severity warning, quiet window 5m, 10 incidents per 10m), in
+// order, the hard stop as critical. Then "continue" sent to the stopped session (as an
+// orchestrator does) runs no tool; Resume, and the session goes on by itself. A healthy
+// session in the same run: nothing.
 
 const ROOT = join(import.meta.dirname, '..');
 const TOKEN = 'recovery-e2e-token';
@@ -31,14 +37,21 @@ const THRESHOLDS = `progress:
   session_repeat_loop: 20
 `;
 
-/** The loop: a failing check, a read of the spec, over and over (40 calls), then it gives up. */
+/**
+ * The loop: a failing check (each run leaves a line in runs.log, so the test can count
+ * the tools that really ran), a read of the spec, over and over, then it gives up. Long:
+ * each stage must cut it well before its end (a loop flagged after about 20 calls, its
+ * abort a poll away, on a loaded machine), or the end of the script would pass for a stop.
+ */
+const LOOP_CALLS = 80;
+const GIVES_UP = 'The check still fails.';
 const LOOP = [
-  ...Array.from({ length: 40 }, (_, i) =>
+  ...Array.from({ length: LOOP_CALLS }, (_, i) =>
     i % 2 === 0
       ? { tool: 'bash', args: { command: 'sh check.sh' } }
       : { tool: 'read', args: { filePath: '{{workdir}}/docs/spec.md' } },
   ),
-  { text: 'The check still fails.' },
+  { text: GIVES_UP },
 ];
 const SCRIPT = {
   title: 'Vigil recovery e2e',
@@ -72,31 +85,74 @@ const SCRIPT = {
 interface Tree {
   stage: number;
   refused: Record<string, unknown>;
-  refuse_all?: { reason: string; dedup_key?: string };
+  refuse_all?: { reason: string; dedup_key?: string; since: number };
   limits: Record<string, { max_context_tokens: number }>;
   recoveries: number[];
   awaiting_compaction?: { session: string };
 }
 interface Hook {
   type: string;
-  data: { dedup_key: string; state: string; severity: string; title: string; summary: string };
+  data: { dedup_key: string; state: string; severity: string; title: string; summary: string; at: number };
+}
+interface Part {
+  type: string;
+  tool?: string;
+  text?: string;
+  state?: { status: string; error?: string };
+}
+interface Message {
+  info: { id: string; role: string; summary?: boolean; error?: { name: string } };
+  parts: Part[];
 }
 
 let lab: OpencodeLab | undefined;
-let hook: FakeServer | undefined;
+let hook: WireServer | undefined;
 let vigil: Proc | undefined;
 let vigilUrl = '';
 let ocUrl = '';
+const secret = `whsec_${randomBytes(32).toString('base64')}`;
 
 const vigilGet = async <T>(path: string) => (await http<T>('GET', `${vigilUrl}${path}`)).data;
 const treeOf = async (root: string) => (await vigilGet<{ tree: Tree | null }>(`/trees/${root}`)).tree;
 const gate = async (conversation: string) =>
   (await http<{ action: string; status?: number }>('POST', `${vigilUrl}/gate`, { conversation })).data;
-const hooks = (): Hook[] => (hook?.requests ?? []).filter((r) => r.path === '/hook').map((r) => r.body as Hook);
+/** What the receiver got, each verified as a Standard Webhooks receiver does, with when it arrived. */
+const hooks = (): (Hook & { received: number })[] =>
+  (hook?.requests ?? []).map((r) => ({
+    ...(new Webhook(secret).verify(r.text, r.headers as Record<string, string>) as Hook),
+    received: r.at,
+  }));
 const incident = (key: string) =>
   hooks()
     .filter((h) => h.data.dedup_key === key)
     .map((h) => `${h.data.state}/${h.data.severity}`);
+const messagesOf = async (id: string) => (await http<Message[]>('GET', `${ocUrl}/session/${id}/message`)).data;
+const runs = () => {
+  const f = join(lab?.project ?? '', 'runs.log');
+  return existsSync(f) ? readFileSync(f, 'utf8').split('\n').filter(Boolean).length : 0;
+};
+const idle = async (id: string) => {
+  const st = await http<Record<string, { type: string }>>('GET', `${ocUrl}/session/status`);
+  return st.status === 200 && (st.data[id] === undefined || st.data[id].type === 'idle');
+};
+/**
+ * The session's turns between user messages (the prompt, each compaction's continue, a
+ * later prompt): for each, its assistant steps, how many ran a tool, whether the last
+ * was aborted and whether the script reached its end. Printed when a check fails.
+ */
+const segments = (ms: Message[]) => {
+  const out: { steps: number; aborted: boolean; gaveUp: boolean }[] = [];
+  for (const m of ms) {
+    if (m.info.role === 'user') out.push({ steps: 0, aborted: false, gaveUp: false });
+    else if (!m.info.summary && out.length) {
+      const s = out[out.length - 1];
+      s.steps++;
+      s.aborted = m.info.error?.name === 'MessageAbortedError';
+      if (m.parts.some((p) => p.type === 'text' && p.text === GIVES_UP)) s.gaveUp = true;
+    }
+  }
+  return out.filter((s) => s.steps > 0);
+};
 const tail = (p: Proc | undefined) => (p ? `--- ${p.name} ---\n${p.output().slice(-3000)}` : '');
 const detail = () => {
   const f = join(lab?.logs ?? '', 'plugin.jsonl');
@@ -105,13 +161,13 @@ const detail = () => {
 };
 
 beforeAll(async () => {
-  hook = await fakeServer((_req, _body, res) => json(res, 200, { ok: true }));
+  hook = await wireServer({ status: 204 });
   lab = await startOpencode({
     script: SCRIPT,
     files: {
       'src/app.js': 'export function add(a, b) {\n  return a - b;\n}\n',
       'test.sh': "#!/bin/sh\ngrep -q 'a + b' src/app.js && echo PASS || { echo 'FAIL: add' >&2; exit 1; }\n",
-      'check.sh': "#!/bin/sh\necho 'FAIL: the spec is not met' >&2\nexit 1\n",
+      'check.sh': "#!/bin/sh\necho run >> runs.log\necho 'FAIL: the spec is not met' >&2\nexit 1\n",
       'docs/spec.md': '# Spec\n\nadd(a, b) returns the sum.\n',
     },
     fakeModelLog: true,
@@ -124,11 +180,11 @@ beforeAll(async () => {
       const port = await freePort();
       vigilUrl = `http://127.0.0.1:${port}`;
       const config = join(dirs.tmp, 'vigil.yaml');
+      // The webhook at its defaults: only what it needs to deliver.
       writeFileSync(
         config,
         `store:\n  backend: memory\nmodes:\n  mode: auto_recover\n${THRESHOLDS}notifications:\n  channels:\n` +
-          `    - name: hook\n      type: webhook\n      url: ${hook!.url}/hook\n      secret_env: E2E_HOOK_SECRET\n` +
-          '      min_severity: info\n      quiet_window: 0\n      rate_limit: { max: 1000, window: 1h }\n',
+          `    - name: hook\n      type: webhook\n      url: ${hook!.origin}/hook\n      secret_env: E2E_HOOK_SECRET\n`,
       );
       vigil = startProc(
         'vigil',
@@ -136,11 +192,7 @@ beforeAll(async () => {
         ['bin/vigil.mjs', 'serve', '--port', String(port), '--config', config],
         {
           cwd: ROOT,
-          env: {
-            ...cleanEnv(),
-            VIGIL_ADMIN_TOKEN: TOKEN,
-            E2E_HOOK_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
-          },
+          env: { ...cleanEnv(), VIGIL_ADMIN_TOKEN: TOKEN, E2E_HOOK_SECRET: secret },
           logDir: dirs.logs,
         },
       );
@@ -240,39 +292,72 @@ describe('auto_recover stages against opencode 1.18.33', () => {
     ).toBeGreaterThanOrEqual(2);
 
     // The root was aborted and stays idle; the stop holds: every conversation of the tree refused.
-    await until(
-      'the stopped session idle',
+    await until('the stopped session idle', () => idle(root), { timeoutMs: 60_000, detail });
+    // opencode itself: each stage cut its loop (three turns, each aborted, none ran to the
+    // script's end), two compactions with a summary.
+    let messages = await messagesOf(root);
+    const cut = segments(messages);
+    const outline = JSON.stringify(cut);
+    expect(cut, outline).toHaveLength(3);
+    for (const seg of cut) {
+      expect(seg, outline).toMatchObject({ aborted: true, gaveUp: false });
+      expect(seg.steps, outline).toBeLessThan(LOOP_CALLS);
+    }
+    expect(messages.filter((m) => m.info.summary === true)).toHaveLength(2);
+    expect(await gate(root)).toMatchObject({ action: 'refuse', status: 429 });
+    expect((await treeOf(root))?.stage).toBe(3);
+
+    // Every stage reached the webhook at its defaults, in order, the hard stop as critical,
+    // each moments after its decision (printed: no timed assertion on a shared machine).
+    await until('three recovery alerts', () => incident(recovery).length >= 3, { detail });
+    const rec = hooks().filter((h) => h.data.dedup_key === recovery);
+    expect(rec.map((h) => `${h.type}/${h.data.severity}`)).toEqual([
+      'alert.trigger/warning',
+      'alert.escalate/warning',
+      'alert.escalate/critical',
+    ]);
+    expect(rec[0].data.title).toMatch(/^recovering \(stage 1\): /);
+    expect(rec[1].data.title).toMatch(/^recovering with a context cap \(stage 2\): /);
+    expect(rec[2].data.title).toMatch(/^hard stop: /);
+    const decided = [stopped.recoveries[0], stopped.recoveries[1], stopped.refuse_all!.since];
+    console.log(
+      `stage decision -> webhook received: ${rec.map((h, i) => `stage ${i + 1} ${h.received - decided[i]} ms`).join(', ')}` +
+        ` (quiet_window 5m and rate_limit 10/10m, the defaults)`,
+    );
+    // The loop's own incident opened once (warning) and stays open: nothing resolved it as "recovered".
+    expect(incident(root)).toEqual(['trigger/warning']);
+    const rows = await vigilGet<{ dedup_key: string; outcome: string; reason?: string }[]>('/deliveries');
+    expect(rows.filter((r) => r.outcome === 'suppressed')).toEqual([]);
+
+    // "continue", as an orchestrator sends it: the model answers, but no tool runs; the
+    // plugin refuses each call with the report and stops the session again.
+    const ran = runs();
+    const before = messages.length;
+    expect(
+      (await http('POST', `${ocUrl}/session/${root}/prompt_async`, { parts: [{ type: 'text', text: 'continue' }] }))
+        .status,
+    ).toBe(204);
+    const refused = await until(
+      'a tool call of the stopped tree refused',
       async () => {
-        const st = await http<Record<string, { type: string }>>('GET', `${ocUrl}/session/status`);
-        return st.status === 200 && (st.data[root] === undefined || st.data[root].type === 'idle');
+        const ms = (await messagesOf(root)).slice(before);
+        const tools = ms.flatMap((m) => m.parts.filter((p) => p.type === 'tool'));
+        return tools.length && tools.every((p) => p.state?.status === 'error') && (await idle(root))
+          ? tools
+          : undefined;
       },
       { timeoutMs: 60_000, detail },
     );
-    // opencode itself: three aborted turns (one per stage), two compactions with a summary
-    const messages = await http<{ info: { summary?: boolean; error?: { name: string } } }[]>(
-      'GET',
-      `${ocUrl}/session/${root}/message`,
-    );
-    expect(messages.data.filter((m) => m.info.error?.name === 'MessageAbortedError').length).toBeGreaterThanOrEqual(3);
-    expect(messages.data.filter((m) => m.info.summary === true)).toHaveLength(2);
-    expect(await gate(root)).toMatchObject({ action: 'refuse', status: 429 });
-    expect((await treeOf(root))?.stage).toBe(3);
-    expect(await gate(root)).toMatchObject({ action: 'refuse' });
+    expect(refused[0].state?.error).toMatch(/^Vigil refused this tool call: hard stop: /);
+    await sleep(1_000);
+    messages = await messagesOf(root);
+    const after = messages.slice(before).flatMap((m) => m.parts.filter((p) => p.type === 'tool'));
+    expect(after.map((p) => p.state?.status)).toEqual(after.map(() => 'error'));
+    expect(runs()).toBe(ran);
+    expect(await idle(root)).toBe(true);
 
-    // The recovery incident escalated with each stage.
-    await until('three recovery alerts', () => incident(recovery).length >= 3, { detail });
-    expect(incident(recovery)).toEqual(['trigger/info', 'escalate/warning', 'escalate/critical']);
-    const titles = hooks()
-      .filter((h) => h.data.dedup_key === recovery)
-      .map((h) => h.data.title);
-    expect(titles[0]).toMatch(/^recovering \(stage 1\): /);
-    expect(titles[1]).toMatch(/^recovering with a context cap \(stage 2\): /);
-    expect(titles[2]).toMatch(/^hard stop: /);
-    expect(hooks().find((h) => h.data.dedup_key === recovery && h.data.state === 'escalate')?.type).toBe(
-      'alert.escalate',
-    );
-
-    // Resume: needs the admin token; then stage 0, allowed, the incident resolved.
+    // Resume: needs the admin token; then stage 0, allowed, the incident resolved; and
+    // the session goes on by itself (the plugin lifts its block and nudges it).
     const resume = (token?: string) =>
       fetch(`${vigilUrl}/trees/${root}/resume`, {
         method: 'POST',
@@ -286,7 +371,18 @@ describe('auto_recover stages against opencode 1.18.33', () => {
     await watcher;
     expect((await treeOf(root))?.stage).toBe(0);
     expect(await gate(root)).toMatchObject({ action: 'allow' });
-    await until('the recovery incident resolved', () => incident(recovery).at(-1) === 'resolve/critical', { detail });
+    await until('the session going on after Resume', () => runs() > ran, { timeoutMs: 60_000, detail });
+    const nudge = (await messagesOf(root))
+      .slice(before)
+      .find((m) => m.info.role === 'user' && m.parts.some((p) => p.text?.startsWith('[Vigil CONTINUATION]')));
+    expect(nudge?.parts.find((p) => p.type === 'text')?.text).toMatch(/resumed by e2e/);
+    await until('the recovery incident resolved', () => incident(recovery).length >= 4, { detail });
+    expect(incident(recovery).slice(0, 4)).toEqual([
+      'trigger/warning',
+      'escalate/warning',
+      'escalate/critical',
+      'resolve/critical',
+    ]);
 
     // The healthy session in the same run: no tree state, no alert.
     expect(await treeOf(healthy)).toBeNull();

@@ -2,7 +2,7 @@ import type { Alert } from '../alert.ts';
 import type { Clock } from '../clock.ts';
 import type { Channel } from '../contracts.ts';
 import { isDeliveryError, isRetryable } from '../errors.ts';
-import type { Logger } from '../logger.ts';
+import { type Logger, scrub } from '../logger.ts';
 import type { Metrics } from '../metrics.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
@@ -196,7 +196,8 @@ export class Deliverer {
   }
 }
 
+/** A failure as the delivery log, the test-alert answer and the log show it: one line, every known secret scrubbed. */
 function errorReason(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
-  return msg.split('\n')[0].slice(0, 300);
+  return scrub(msg.split('\n')[0]).slice(0, 300);
 }

@@ -5,6 +5,8 @@ export interface Incident {
   dedup_key: string;
   open: boolean;
   severity: Severity;
+  /** The highest escalation step within the severity so far (AlertInput.stage). */
+  stage?: number;
   title: string;
   summary: string;
   details: string;
@@ -23,10 +25,19 @@ export interface Incident {
 }
 
 /**
+ * Whether a request raises an open incident: a higher severity, or a higher stage at the
+ * same severity (an acting mode's next stage is news even when its severity is not).
+ */
+export function rises(cur: Pick<Incident, 'severity' | 'stage'>, a: { severity: Severity; stage?: number }): boolean {
+  const d = severityRank(a.severity) - severityRank(cur.severity);
+  return d > 0 || (d === 0 && (a.stage ?? 0) > (cur.stage ?? 0));
+}
+
+/**
  * Pure: does this request change the incident? Fires only on transitions:
- * open (trigger), a higher severity while open (escalate), close (resolve).
- * Repeats at the same or a lower severity fire nothing (their text still updates the
- * open incident), and resolves of a closed incident are no-ops.
+ * open (trigger), a rise while open (escalate: a higher severity, or a higher stage at
+ * the same severity), close (resolve). Repeats that do not rise fire nothing (their
+ * text still updates the open incident), and resolves of a closed incident are no-ops.
  */
 export function transition(
   cur: Incident | undefined,
@@ -56,6 +67,7 @@ export function transition(
         dedup_key: a.dedup_key,
         open: true,
         severity: a.severity,
+        ...(a.stage !== undefined ? { stage: a.stage } : {}),
         seq,
         last_state: 'trigger',
         opened_at: now,
@@ -64,9 +76,18 @@ export function transition(
       fired: 'trigger',
     };
   }
-  if (severityRank(a.severity) > severityRank(cur.severity)) {
+  if (rises(cur, a)) {
+    // The stage counts within the new severity.
+    const { stage: _, ...rest } = cur;
     return {
-      next: { ...cur, ...base, severity: a.severity, seq: cur.seq + 1, last_state: 'escalate' },
+      next: {
+        ...rest,
+        ...base,
+        severity: a.severity,
+        ...(a.stage !== undefined ? { stage: a.stage } : {}),
+        seq: cur.seq + 1,
+        last_state: 'escalate',
+      },
       fired: 'escalate',
     };
   }

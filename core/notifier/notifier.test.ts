@@ -102,8 +102,9 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
     await v.queue.idle();
     await eventually(async () => (await v.deliveryLog.recent()).length === 3);
     const rows = await v.deliveryLog.recent();
+    // The pager was never told of the warning: the critical is its trigger (its story starts there).
     expect(rows!.filter((r) => r.channel === 'pager').map((r) => `${r.state}/${r.severity}`)).toEqual([
-      'escalate/critical',
+      'trigger/critical',
     ]);
   });
 
@@ -165,36 +166,87 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
     expect(b.attempts).toBe(2);
   });
 
-  it('quiet window suppresses a repeat of the same state; the rate limit caps a channel', async () => {
+  // A channel at its default settings (quiet window 5m, 10 incidents per 10m); the clock stands still.
+  const defaults = (clock = new FakeClock()) => setup(backend, [{ name: 'rec' }], 'ok', clock);
+  const told = (b: ReturnType<typeof behaviour>, key?: string) =>
+    b.sent.filter((a) => key === undefined || a.dedup_key === key).map((a) => `${a.state}/${a.severity}`);
+
+  it('each stage of an incident gets through at once: a higher stage, then critical, inside the quiet window', async () => {
+    const { v, b } = await defaults();
+    const stage = (n: number, severity: 'warning' | 'critical') =>
+      v.notifier.notify(alert({ dedup_key: 'r:recovery', severity, stage: n, title: `stage ${n}` }));
+    expect((await stage(1, 'warning')).fired).toBe('trigger');
+    expect((await stage(1, 'warning')).fired).toBeUndefined(); // the same stage again: no transition
+    expect((await stage(2, 'warning')).fired).toBe('escalate');
+    const hard = await stage(3, 'critical');
+    expect(hard).toMatchObject({ fired: 'escalate', channels: [{ name: 'rec', outcome: 'queued' }] });
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 3);
+    expect(b.sent.map((a) => `${a.state}/${a.severity}/${a.title}`)).toEqual([
+      'trigger/warning/stage 1',
+      'escalate/warning/stage 2',
+      'escalate/critical/stage 3',
+    ]);
+    expect((await v.deliveryLog.recent()).filter((r) => r.outcome === 'suppressed')).toEqual([]);
+  });
+
+  it('a critical right after a warning escalation is not held by the quiet window the warning opened', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec', min_severity: 'info' }]);
+    await v.notifier.notify(alert({ severity: 'info' }));
+    await v.notifier.notify(alert({ severity: 'warning' }));
+    const r = await v.notifier.notify(alert({ severity: 'critical' }));
+    expect(r.channels[0]).toMatchObject({ outcome: 'queued' });
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 3);
+    expect(told(b)).toEqual(['trigger/info', 'escalate/warning', 'escalate/critical']);
+  });
+
+  it('the rate limit counts incidents, not every state of one, and never holds a rise', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec', rate_limit: { max: 2, window: '1h' } }]);
+    // One incident's trigger and resolve take one place; tree-2 the other.
+    await v.notifier.notify(alert());
+    await v.notifier.notify(alert({ state: 'resolve' }));
+    await v.notifier.notify(alert({ dedup_key: 'tree-2' }));
+    // The room is spent: a third incident is held (and its resolve is not sent)...
+    const held = await v.notifier.notify(alert({ dedup_key: 'tree-3' }));
+    expect(held.channels[0]).toMatchObject({ outcome: 'suppressed', reason: expect.stringMatching(/^rate limit/) });
+    // ...but tree-2's escalation goes out, and tree-3's critical (no critical incident yet) too, as its trigger.
+    await v.notifier.notify(alert({ dedup_key: 'tree-2', severity: 'critical' }));
+    await v.notifier.notify(alert({ dedup_key: 'tree-3', severity: 'critical' }));
+    await v.notifier.notify(alert({ dedup_key: 'tree-3', state: 'resolve' }));
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 6);
+    expect(b.sent.map((a) => `${a.dedup_key}/${a.state}/${a.severity}`)).toEqual([
+      'tree-1/trigger/warning',
+      'tree-1/resolve/warning',
+      'tree-2/trigger/warning',
+      'tree-2/escalate/critical',
+      'tree-3/trigger/critical',
+      'tree-3/resolve/critical',
+    ]);
+  });
+
+  it('the quiet window holds a flapping incident (and then its resolve), not a worse one', async () => {
     const clock = new FakeClock();
-    const { v, b } = await setup(
-      backend,
-      [{ name: 'rec', quiet_window: '5m', rate_limit: { max: 3, window: '1h' } }],
-      'ok',
-      clock,
-    );
+    const { v, b } = await defaults(clock);
     await v.notifier.notify(alert());
     await v.notifier.notify(alert({ state: 'resolve' }));
     clock.advance(60_000);
     const again = await v.notifier.notify(alert()); // flapping inside the quiet window
-    expect(again.channels[0]).toMatchObject({ outcome: 'suppressed' });
-    clock.advance(10 * 60_000);
-    await v.notifier.notify(alert({ state: 'resolve' }));
-    await v.notifier.notify(alert({ dedup_key: 'tree-2' })); // fourth send in the hour: rate limited
+    expect(again.channels[0]).toMatchObject({ outcome: 'suppressed', reason: 'quiet window (opened here 60 s ago)' });
+    // Nobody here heard of this opening: its resolve is not sent either.
+    const closed = await v.notifier.notify(alert({ state: 'resolve' }));
+    expect(closed.channels[0]).toMatchObject({ outcome: 'filtered', reason: 'not told of this incident' });
+    clock.advance(60_000);
+    await v.notifier.notify(alert());
+    // Worse than what the channel was told: it gets through the quiet window, as the channel's trigger.
+    await v.notifier.notify(alert({ severity: 'critical' }));
     await v.queue.idle();
-    const rows = await eventually(async () => {
-      const r = await v.deliveryLog.recent();
-      return r.length >= 5 ? r : undefined;
-    });
-    expect(rows!.filter((r) => r.outcome === 'suppressed').map((r) => r.reason?.split(' (')[0])).toEqual([
-      'rate limit',
-      'quiet window',
-    ]);
-    expect(b.sent.map((a) => `${a.dedup_key}/${a.state}`)).toEqual([
-      'tree-1/trigger',
-      'tree-1/resolve',
-      'tree-1/resolve',
-    ]);
+    await eventually(() => b.sent.length === 3);
+    expect(told(b)).toEqual(['trigger/warning', 'resolve/warning', 'trigger/critical']);
+    expect(
+      (await v.deliveryLog.recent()).filter((r) => r.outcome === 'suppressed').map((r) => r.reason?.split(' (')[0]),
+    ).toEqual(['quiet window', 'quiet window']);
   });
 
   it('Send test alert skips dedup, quiet window and rate limit, and is marked TEST', async () => {

@@ -47,7 +47,8 @@ function alertOf(i: Incident, state: AlertState, at: number): Alert {
  *   lifecycle (lifecycle.ts)  one compare-and-set per dedup_key: a transition or nothing,
  *                             written with its outbox entry, so several instances page once
  *   route (route.ts)          per channel: enabled, resolve_messages, min_severity
- *   admit (admit.ts)          per channel: quiet window and rate limit, one atomic step
+ *   admit (admit.ts)          per channel, one atomic step: what the channel was told of
+ *                             the incident; quiet window and rate limit for one new to it
  *   enqueue                   one job per (channel, transition), its id the transition's
  *   deliver (deliverer.ts)    in the worker: timeout, retries with backoff, delivery log
  * notify() returns once the jobs exist (durable on Redis); it never waits for a channel.
@@ -114,23 +115,28 @@ export class Notifier {
       if (incident?.outbox?.length) await this.reconcileOne(key, incident);
       return { channels: [] };
     }
-    const channels = await this.fanOut(alertOf(incident, fired, now));
+    const channels = await this.fanOut(alertOf(incident, fired, now), incident.opened_at);
     await this.settle(incident.dedup_key, incident.seq, channels);
     return { fired, seq: incident.seq, channels };
   }
 
-  /** route -> admit -> enqueue for every channel; the channels side by side (each has its own gate and lane). */
-  private fanOut(a: Alert): Promise<NotifyResult['channels']> {
+  /**
+   * route -> admit -> enqueue for every channel; the channels side by side (each has its
+   * own gate and lane). A channel gets the transition as its admit says: an escalation of
+   * an incident it was not told of is its trigger. `episode`: the incident's opening.
+   */
+  private fanOut(a: Alert, episode: number): Promise<NotifyResult['channels']> {
     return Promise.all(
       [...this.entries.values()].map(async (e): Promise<NotifyResult['channels'][number]> => {
         const r = route(e, a);
         if (!r.send) return { name: e.name, outcome: 'filtered', reason: r.reason };
-        const g = await admit(this.store, e, a).catch((err) => ({ ok: false, error: err as Error }) as const);
+        const g = await admit(this.store, e, a, episode).catch((err) => ({ ok: false, error: err as Error }) as const);
         if (!g.ok) {
           if ('error' in g) return { name: e.name, outcome: 'error', reason: g.error.message };
+          if (!g.log) return { name: e.name, outcome: 'filtered', reason: g.reason };
           return { name: e.name, ...(await this.suppress(e, a, g.reason)) };
         }
-        return { name: e.name, ...(await this.enqueue(e.name, a)) };
+        return { name: e.name, ...(await this.enqueue(e.name, g.as === a.state ? a : { ...a, state: g.as })) };
       }),
     );
   }
@@ -181,7 +187,7 @@ export class Notifier {
   private async reconcileOne(key: string, i: Incident): Promise<number> {
     let n = 0;
     for (const seq of i.outbox ?? []) {
-      const channels = seq === i.seq ? await this.fanOut(alertOf(i, i.last_state, i.updated_at)) : [];
+      const channels = seq === i.seq ? await this.fanOut(alertOf(i, i.last_state, i.updated_at), i.opened_at) : [];
       if (seq === i.seq) n++;
       await this.settle(key, seq, channels);
     }

@@ -14,6 +14,8 @@ export interface AlertQueue {
   depth(): Promise<number>;
   /** When the oldest alert still queued was raised (epoch ms), if any is. */
   oldestAt(): Promise<number | undefined>;
+  /** In-process queue: alerts read back from the spool at start and still waiting. */
+  spooled?(): number;
   /** Resolves when nothing is waiting or running (tests and `vigil alert test`). */
   idle(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
@@ -25,4 +27,6 @@ export interface QueueTiming {
   stalledIntervalMs: number;
   /** In-process queue: how long a clean stop waits for queued alerts to go out. */
   drainTimeoutMs?: number;
+  /** In-process queue: where a clean stop writes the alerts it could not deliver (read back at start). */
+  spoolFile?: string;
 }

@@ -8,8 +8,8 @@ const DAY = 86_400_000;
 export const TTL = {
   /** An incident's lifecycle record (per dedup_key). */
   incident: 30 * DAY,
-  /** A channel's "last notified" marks per incident (the quiet window), at least this long. */
-  notified: DAY,
+  /** What a channel was told of an incident (admit marks): as long as the incident is kept. */
+  notified: 30 * DAY,
   /** The last transition a channel delivered per incident (the superseded check). */
   sent: 30 * DAY,
   /** A tree's mode state (stage, refusals, caps, recoveries). */
@@ -24,7 +24,8 @@ export const keys = {
   incident: (dedupKey: string) => `alert:${dedupKey}`,
   incidentPrefix: 'alert:',
   notified: (channel: string, dedupKey: string) => `notified:${channel}:${dedupKey}`,
-  rate: (channel: string) => `rl:${channel}`,
+  /** The incidents opened on a channel, per severity rank (the rate limit counts them). */
+  rate: (channel: string, rank: number) => `rl2:${channel}:${rank}`,
   sent: (channel: string, dedupKey: string) => `sent:${channel}:${dedupKey}`,
   deliveries: 'deliveries',
   tree: (root: string) => `tree:${root}`,
@@ -33,7 +34,7 @@ export const keys = {
   parent: (session: string) => `parent:${session}`,
   meta: (session: string) => `meta:${session}`,
   metaPrefix: 'meta:',
-  /** Every tracked session, scored by when it was first seen: the cap evicts the oldest. */
+  /** Every tracked session, scored by its last activity: the cap evicts the least recently active. */
   sessions: 'sessions',
   /** Runtime knob changes (PATCH /knobs). */
   knobs: 'knobs',

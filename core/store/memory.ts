@@ -1,5 +1,6 @@
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
+import { type AdmitMarks, admitRule } from './admit.ts';
 import {
   type AdmitRequest,
   type AdmitResult,
@@ -78,35 +79,65 @@ export class MemoryStore implements Store {
   async indexAdd(key: string, member: string, score: number): Promise<void> {
     const e = this.live(key);
     const idx = (e?.v as Map<string, number> | undefined) ?? new Map<string, number>();
-    if (!idx.has(member)) idx.set(member, score);
+    if (!(score <= (idx.get(member) ?? Number.NEGATIVE_INFINITY))) idx.set(member, score);
     if (!e) this.put(key, idx);
   }
 
-  async indexTrim(key: string, keep: number): Promise<string[]> {
+  async indexTrim(key: string, keep: number, below = Number.POSITIVE_INFINITY): Promise<string[]> {
     const idx = this.live(key)?.v as Map<string, number> | undefined;
     if (!idx || idx.size <= keep) return [];
-    const out = [...idx].sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1)).slice(0, idx.size - keep);
+    const out = [...idx]
+      .sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1))
+      .slice(0, idx.size - keep)
+      .filter(([, score]) => score < below);
     for (const [m] of out) idx.delete(m);
     return out.map(([m]) => m);
   }
 
   async admit(q: AdmitRequest): Promise<AdmitResult> {
-    const marks = (this.live(q.markKey)?.v as Record<string, number | string> | undefined) ?? {};
-    if (marks[`id:${q.field}`] === q.ident) return { ok: true };
-    const last = marks[q.field] as number | undefined;
-    if (last !== undefined && q.now - last < q.quietMs) return { ok: false, why: 'quiet', last };
-    const r = await this.hit(q.rateKey, q.now, q.windowMs, q.max);
-    if (!r.allowed) return { ok: false, why: 'rate', count: r.count };
-    this.put(q.markKey, { ...marks, [q.field]: q.now, [`id:${q.field}`]: q.ident }, q.markTtlMs);
-    return { ok: true };
+    const marks = (this.live(q.markKey)?.v as AdmitMarks | undefined) ?? {};
+    const sets = q.rateKeys.map((k) =>
+      ((this.live(k)?.v as [string, number][] | undefined) ?? []).filter(([, t]) => t > q.now - q.windowMs),
+    );
+    const step = admitRule(marks, q, (rank) => sets[rank]?.length ?? 0);
+    if (step.count !== undefined) {
+      const set = sets[step.count].filter(([m]) => m !== q.member);
+      set.push([q.member, q.now]);
+      this.put(q.rateKeys[step.count], set, q.windowMs);
+    }
+    if (step.marks) this.put(q.markKey, step.marks, q.markTtlMs);
+    return step.result;
   }
 
-  async pushCapped<T>(key: string, value: T, cap: number): Promise<void> {
+  async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {
     const e = this.live(key);
     const arr = (e?.v as string[] | undefined) ?? [];
     arr.unshift(JSON.stringify(value));
     if (arr.length > cap) arr.length = cap;
-    this.put(key, arr);
+    // Without a ttl the list keeps the expiry it had (as LPUSH does on Redis).
+    if (ttlMs) this.put(key, arr, ttlMs);
+    else this.m.set(key, { v: arr, exp: e?.exp });
+  }
+
+  async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
+    const e = this.live(key);
+    const h = (e?.v as Record<string, number> | undefined) ?? {};
+    const out: Record<string, number> = {};
+    for (const [f, d] of Object.entries(deltas)) {
+      h[f] = (h[f] ?? 0) + d;
+      out[f] = h[f];
+    }
+    if (ttlMs) this.put(key, h, ttlMs);
+    else this.m.set(key, { v: h, exp: e?.exp });
+    return out;
+  }
+
+  async counts(key: string, fields?: readonly string[]): Promise<Record<string, number>> {
+    const h = (this.live(key)?.v as Record<string, number> | undefined) ?? {};
+    if (!fields) return { ...h };
+    const out: Record<string, number> = {};
+    for (const f of fields) out[f] = h[f] ?? 0;
+    return out;
   }
 
   async list<T>(key: string, limit: number): Promise<T[]> {

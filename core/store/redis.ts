@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
+import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
 import {
@@ -28,6 +29,15 @@ if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
 else redis.call('SET', KEYS[1], ARGV[3]) end
 return {1}`;
 
+// Index trim: KEYS[1]; ARGV = keep, below. Pops the lowest members beyond `keep` that
+// score below `below`, atomically (two instances trimming at once forget each id once).
+const TRIM = `
+local n = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
+if n <= 0 then return {} end
+local out = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, n)
+for i = 1, #out, 1000 do redis.call('ZREM', KEYS[1], unpack(out, i, math.min(i + 999, #out))) end
+return out`;
+
 // Sliding-window counter on a sorted set: KEYS[1], ARGV = now, window ms, max, member.
 const HIT = `
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[2]))
@@ -39,35 +49,45 @@ if n < tonumber(ARGV[3]) then
 end
 return {0, n}`;
 
-// The notifier gate: KEYS = mark hash, rate zset; ARGV = field, now, quiet ms, mark ttl,
-// window ms, max, member, ident. Same rule as MemoryStore.admit: the same transition
-// (ident) admitted again passes without counting twice.
+// The notifier gate: admitRule (admit.ts) in one step. KEYS = the marks hash, then
+// the rate sets by severity rank (0..n-1); ARGV = episode, seq, state, severity rank,
+// now, quiet ms, mark ttl ms, window ms, max, member. Returns {1, as} or {0, why, n}.
 const ADMIT = `
-if redis.call('HGET', KEYS[1], 'id:' .. ARGV[1]) == ARGV[8] then return {1} end
-local last = redis.call('HGET', KEYS[1], ARGV[1])
-if last and tonumber(ARGV[2]) - tonumber(last) < tonumber(ARGV[3]) then return {0, 'quiet', tonumber(last)} end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[5]))
-local n = redis.call('ZCARD', KEYS[2])
-if n >= tonumber(ARGV[6]) then return {0, 'rate', n} end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[7])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'id:' .. ARGV[1], ARGV[8])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1}`;
+local ep, seq, state, sev, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local m = redis.call('HMGET', KEYS[1], 'ep', 'seq', 'as', 'sev', 'tat')
+local told = m[1] and m[2] and tonumber(m[1]) == ep
+if told and tonumber(m[2]) == seq then return {1, m[3] or state} end
+if told and seq < tonumber(m[2]) then return {0, 'stale'} end
+if state == 'resolve' then
+  if not told or m[3] == 'resolve' then return {0, 'untold'} end
+  redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'as', 'resolve')
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  return {1, 'resolve'}
+end
+if told and m[3] ~= 'resolve' then
+  local was = tonumber(m[4]) or sev
+  redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'as', state, 'sev', math.max(was, sev))
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  return {1, state}
+end
+if m[5] and now - tonumber(m[5]) < tonumber(ARGV[6]) and sev <= (tonumber(m[4]) or -1) then
+  return {0, 'quiet', tonumber(m[5])}
+end
+local n = 0
+for r = sev, #KEYS - 2 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[r + 2], '-inf', now - tonumber(ARGV[8]))
+  n = n + redis.call('ZCARD', KEYS[r + 2])
+end
+if n >= tonumber(ARGV[9]) then return {0, 'rate', n} end
+redis.call('ZADD', KEYS[sev + 2], ARGV[5], ARGV[10])
+redis.call('PEXPIRE', KEYS[sev + 2], ARGV[8])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'ep', ARGV[1], 'seq', ARGV[2], 'as', 'trigger', 'sev', ARGV[4], 'tat', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return {1, 'trigger'}`;
 
 type Commands = {
-  vigilAdmit(
-    markKey: string,
-    rateKey: string,
-    field: string,
-    now: number,
-    quietMs: number,
-    markTtl: number,
-    windowMs: number,
-    max: number,
-    member: string,
-    ident: string,
-  ): Promise<[number, string?, number?]>;
+  vigilAdmit(...keysThenArgs: (string | number)[]): Promise<[number, string, number?]>;
   vigilCas(
     key: string,
     expected: string | Buffer,
@@ -85,6 +105,7 @@ type Commands = {
     ttl: number,
   ): Promise<[number, (Buffer | null)?]>;
   vigilHit(key: string, now: number, windowMs: number, max: number, member: string): Promise<[number, number]>;
+  vigilTrim(key: string, keep: number, below: number | string): Promise<string[]>;
 };
 
 export interface RedisStoreOptions {
@@ -99,9 +120,19 @@ export interface RedisStoreOptions {
 const DOWN =
   /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest/;
 
-/** A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500. */
+/** Redis refusing the password or the user: it answers, so it is not "down". */
+const AUTH = /WRONGPASS|NOAUTH|invalid password|invalid username-password/;
+
+/**
+ * A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500;
+ * one that refuses the credentials is AUTH_FAILED (a configuration to fix).
+ */
 export function storeError(e: unknown): unknown {
   const err = e as Error;
+  if (err && AUTH.test(err.message ?? '')) {
+    const why = (err.message.match(AUTH)?.[0] ?? 'refused').toUpperCase();
+    return new AppError('AUTH_FAILED', `Redis refused the credentials (${why})`, { retryable: true, cause: e });
+  }
   if (err && (err.name === 'MaxRetriesPerRequestError' || DOWN.test(err.message ?? ''))) {
     const why = (err.message ?? 'error')
       .split('\n')[0]
@@ -124,6 +155,8 @@ const GUARDED = [
   'indexAdd',
   'indexTrim',
   'list',
+  'incr',
+  'counts',
   'getBytes',
   'setBytes',
   'casBytes',
@@ -159,7 +192,8 @@ export class RedisStore implements Store {
     });
     client.defineCommand('vigilCas', { numberOfKeys: 1, lua: CAS });
     client.defineCommand('vigilHit', { numberOfKeys: 1, lua: HIT });
-    client.defineCommand('vigilAdmit', { numberOfKeys: 2, lua: ADMIT });
+    client.defineCommand('vigilAdmit', { numberOfKeys: 1 + SEVERITIES.length, lua: ADMIT });
+    client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as Redis & Commands;
@@ -228,41 +262,74 @@ export class RedisStore implements Store {
   }
 
   async admit(q: AdmitRequest): Promise<AdmitResult> {
+    if (q.rateKeys.length !== SEVERITIES.length) throw new Error('admit: one rate set per severity');
     const [ok, why, n] = await this.client.vigilAdmit(
       this.k(q.markKey),
-      this.k(q.rateKey),
-      q.field,
+      ...q.rateKeys.map((k) => this.k(k)),
+      q.episode,
+      q.seq,
+      q.state,
+      q.severity,
       q.now,
       q.quietMs,
       q.markTtlMs,
       q.windowMs,
       q.max,
-      `${q.now}-${process.pid}-${this.seq++}`,
-      q.ident,
+      q.member,
     );
-    if (ok === 1) return { ok: true };
-    return why === 'quiet' ? { ok: false, why: 'quiet', last: n ?? 0 } : { ok: false, why: 'rate', count: n ?? 0 };
+    if (ok === 1) return { ok: true, as: why as AlertState };
+    if (why === 'quiet') return { ok: false, why: 'quiet', last: n ?? 0 };
+    if (why === 'rate') return { ok: false, why: 'rate', count: n ?? 0 };
+    return { ok: false, why: why === 'stale' ? 'stale' : 'untold' };
   }
 
   async indexAdd(key: string, member: string, score: number): Promise<void> {
-    await this.client.zadd(this.k(key), 'NX', score, member);
+    await this.client.zadd(this.k(key), 'GT', score, member);
   }
 
-  async indexTrim(key: string, keep: number): Promise<string[]> {
-    const k = this.k(key);
-    const n = await this.client.zcard(k);
-    if (n <= keep) return [];
-    const r = await this.client.zpopmin(k, n - keep);
-    return r.filter((_, i) => i % 2 === 0);
+  async indexTrim(key: string, keep: number, below = Number.POSITIVE_INFINITY): Promise<string[]> {
+    return this.client.vigilTrim(this.k(key), keep, Number.isFinite(below) ? below : '+inf');
   }
 
-  async pushCapped<T>(key: string, value: T, cap: number): Promise<void> {
+  async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {
     const k = this.k(key);
-    await this.client
+    const m = this.client
       .multi()
       .lpush(k, JSON.stringify(value))
-      .ltrim(k, 0, cap - 1)
-      .exec();
+      .ltrim(k, 0, cap - 1);
+    if (ttlMs) m.pexpire(k, ttlMs);
+    await m.exec();
+  }
+
+  async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
+    const k = this.k(key);
+    const fields = Object.keys(deltas);
+    const m = this.client.multi();
+    for (const f of fields) m.hincrbyfloat(k, f, deltas[f]);
+    if (ttlMs) m.pexpire(k, ttlMs);
+    const res = (await m.exec()) ?? [];
+    const out: Record<string, number> = {};
+    fields.forEach((f, i) => {
+      const [err, v] = res[i] ?? [new Error('no reply'), null];
+      if (err) throw err;
+      out[f] = Number(v);
+    });
+    return out;
+  }
+
+  async counts(key: string, fields?: readonly string[]): Promise<Record<string, number>> {
+    const k = this.k(key);
+    const out: Record<string, number> = {};
+    if (!fields) {
+      for (const [f, v] of Object.entries(await this.client.hgetall(k))) out[f] = Number(v);
+      return out;
+    }
+    if (!fields.length) return out;
+    const vs = await this.client.hmget(k, ...fields);
+    fields.forEach((f, i) => {
+      out[f] = vs[i] === null ? 0 : Number(vs[i]);
+    });
+    return out;
   }
 
   async list<T>(key: string, limit: number): Promise<T[]> {
@@ -344,14 +411,21 @@ export class RedisStore implements Store {
 
   /** Reachability for /health, answered within `timeoutMs` whatever Redis does. */
   async ping(timeoutMs = 500): Promise<boolean> {
+    return (await this.unusable(timeoutMs)) === undefined;
+  }
+
+  /** Why Redis cannot serve (STORE_UNAVAILABLE or AUTH_FAILED), or undefined when it answers PING within `timeoutMs`. */
+  async unusable(timeoutMs = 500): Promise<AppError | undefined> {
     let t: NodeJS.Timeout | undefined;
     try {
       const late = new Promise<string>((r) => {
         t = setTimeout(() => r('timeout'), timeoutMs);
       });
-      return (await Promise.race([this.client.ping(), late])) === 'PONG';
-    } catch {
-      return false;
+      const r = await Promise.race([this.client.ping(), late]);
+      return r === 'PONG' ? undefined : new AppError('STORE_UNAVAILABLE', 'store unavailable (no answer to PING)');
+    } catch (e) {
+      const err = storeError(e);
+      return err instanceof AppError ? err : new AppError('STORE_UNAVAILABLE', 'store unavailable', { cause: e });
     } finally {
       clearTimeout(t);
     }

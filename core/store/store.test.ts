@@ -88,6 +88,37 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
       expect(await s.list('log', 2)).toEqual([{ i: 6 }, { i: 5 }]);
     });
 
+    it('counters add atomically under concurrent callers and read by field', async () => {
+      const s = make();
+      const got = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => s.incr('ctrs', { n: 1, usd: 0.25, [`m.${i % 2}`]: 2 }, 60_000)),
+      );
+      expect(await s.counts('ctrs', ['n', 'usd', 'm.0', 'm.1', 'absent'])).toEqual({
+        n: 40,
+        usd: 10,
+        'm.0': 40,
+        'm.1': 40,
+        absent: 0,
+      });
+      // Each caller saw the totals its own add made: every count from 1 to 40 once.
+      expect(got.map((g) => g.n).sort((a, b) => a - b)).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
+      expect(await s.counts('ctrs')).toEqual({ n: 40, usd: 10, 'm.0': 40, 'm.1': 40 });
+      expect(await s.counts('none', ['x'])).toEqual({ x: 0 });
+      expect(await s.counts('none')).toEqual({});
+      expect(await s.incr('ctrs', { usd: -2.5 })).toEqual({ usd: 7.5 });
+    });
+
+    it('keeps a capped list with an expiry, renewed by each push', async () => {
+      const s = make();
+      await s.pushCapped('exp', { i: 1 }, 5, 60_000);
+      await s.pushCapped('exp', { i: 2 }, 5);
+      expect(await s.list('exp', 10)).toEqual([{ i: 2 }, { i: 1 }]);
+      if (s instanceof RedisStore) {
+        const ttl = await s.client.pttl(`${(s as unknown as { p: string }).p}exp`);
+        expect(ttl).toBeGreaterThan(50_000);
+      }
+    });
+
     it('stores bytes and compares-and-sets them', async () => {
       const s = make();
       const a = new Uint8Array([1, 2, 3, 0, 255]);
@@ -129,17 +160,35 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
 describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
   'store admit gate (%s)',
   (_name, make) => {
-    const req = (now: number, field = 'trigger', ident = `t${now}`) => ({
-      markKey: 'm',
-      field,
-      ident,
-      now,
-      quietMs: 1000,
-      markTtlMs: 60_000,
-      rateKey: 'r',
-      windowMs: 10_000,
-      max: 2,
-    });
+    // One channel's gate: quiet window 1 s, at most 2 incidents per 10 s. An incident is a
+    // dedup_key (its marks) and an episode (its opening); severity ranks 0 info, 1 warning, 2 critical.
+    const req = (
+      now: number,
+      o: {
+        key?: string;
+        episode?: number;
+        seq?: number;
+        state?: 'trigger' | 'escalate' | 'resolve';
+        sev?: number;
+      } = {},
+    ) => {
+      const key = o.key ?? 'k';
+      const episode = o.episode ?? 1;
+      return {
+        markKey: `m:${key}`,
+        episode,
+        seq: o.seq ?? 1,
+        state: o.state ?? 'trigger',
+        severity: o.sev ?? 1,
+        now,
+        quietMs: 1000,
+        markTtlMs: 60_000,
+        rateKeys: ['r:0', 'r:1', 'r:2'],
+        windowMs: 10_000,
+        max: 2,
+        member: `${key}#${episode}`,
+      };
+    };
     it('a sorted index keeps the newest and gives back the oldest when trimmed', async () => {
       const s = make();
       for (const [m, t] of [
@@ -147,35 +196,95 @@ describe.each(makers.filter(([name]) => backends().includes(name as 'memory')))(
         ['b', 1],
         ['c', 2],
         ['d', 4],
+        ['e', 5],
       ] as const)
         await s.indexAdd('ix', m, t);
-      await s.indexAdd('ix', 'b', 99); // already there: its place does not move
+      await s.indexAdd('ix', 'b', 9); // active again: it moves up
+      await s.indexAdd('ix', 'd', 0); // never down
       expect(await s.indexTrim('ix', 5)).toEqual([]);
-      expect(await s.indexTrim('ix', 2)).toEqual(['b', 'c']);
-      expect(await s.indexTrim('ix', 2)).toEqual([]);
-      expect(await s.indexTrim('ix', 0)).toEqual(['a', 'd']);
+      expect(await s.indexTrim('ix', 3)).toEqual(['c', 'a']);
+      expect(await s.indexTrim('ix', 3)).toEqual([]);
+      // Members scored at or above `below` stay even past `keep`.
+      expect(await s.indexTrim('ix', 0, 5)).toEqual(['d']);
+      expect(await s.indexTrim('ix', 0)).toEqual(['e', 'b']);
     });
 
-    it('quiet window first, then the rate limit; refusals record nothing', async () => {
+    it('a rise of an incident the channel knows passes the quiet window and a spent rate limit', async () => {
       const s = make();
-      expect(await s.admit(req(1_000))).toEqual({ ok: true });
-      expect(await s.admit(req(1_500))).toEqual({ ok: false, why: 'quiet', last: 1_000 });
-      expect(await s.admit(req(1_600, 'resolve'))).toEqual({ ok: true });
-      expect(await s.admit(req(2_100))).toEqual({ ok: false, why: 'rate', count: 2 });
-      expect(await s.admit(req(2_200, 'escalate'))).toEqual({ ok: false, why: 'rate', count: 2 });
-      // The refused escalate left no mark: once the window frees, it passes.
-      expect(await s.admit(req(11_001, 'escalate'))).toEqual({ ok: true });
+      expect(await s.admit(req(1_000, { key: 'a' }))).toEqual({ ok: true, as: 'trigger' });
+      expect(await s.admit(req(1_010, { key: 'b' }))).toEqual({ ok: true, as: 'trigger' });
+      // Two incidents opened: the room is spent; a third is held...
+      expect(await s.admit(req(1_020, { key: 'c' }))).toEqual({ ok: false, why: 'rate', count: 2 });
+      // ...but a's escalations (a higher stage, then critical), inside its quiet window, go out.
+      expect(await s.admit(req(1_100, { key: 'a', seq: 2, state: 'escalate' }))).toEqual({ ok: true, as: 'escalate' });
+      expect(await s.admit(req(1_200, { key: 'a', seq: 3, state: 'escalate', sev: 2 }))).toEqual({
+        ok: true,
+        as: 'escalate',
+      });
+      expect(await s.admit(req(1_300, { key: 'a', seq: 4, state: 'resolve', sev: 2 }))).toEqual({
+        ok: true,
+        as: 'resolve',
+      });
     });
 
-    it('the same transition admitted again passes without counting twice (a fan-out run again)', async () => {
+    it('the rate limit counts incidents, not their states; warnings do not use up the room of a critical one', async () => {
       const s = make();
-      expect(await s.admit(req(1_000, 'trigger', 'k#1'))).toEqual({ ok: true });
-      // Inside the quiet window and against the rate limit, the same ident passes again...
-      expect(await s.admit(req(1_100, 'trigger', 'k#1'))).toEqual({ ok: true });
-      expect(await s.admit(req(1_200, 'trigger', 'k#1'))).toEqual({ ok: true });
-      // ...and took one slot of the rate limit only: one more transition fits.
-      expect(await s.admit(req(1_300, 'resolve', 'k#2'))).toEqual({ ok: true });
-      expect(await s.admit(req(1_400, 'escalate', 'k#3'))).toEqual({ ok: false, why: 'rate', count: 2 });
+      for (const [seq, state] of [
+        [1, 'trigger'],
+        [2, 'escalate'],
+        [3, 'resolve'],
+      ] as const)
+        expect((await s.admit(req(1_000 + seq, { key: 'a', seq, state }))).ok).toBe(true);
+      expect(await s.admit(req(2_000, { key: 'b' }))).toEqual({ ok: true, as: 'trigger' });
+      expect(await s.admit(req(2_100, { key: 'c' }))).toEqual({ ok: false, why: 'rate', count: 2 });
+      expect(await s.admit(req(2_200, { key: 'd', sev: 0 }))).toEqual({ ok: false, why: 'rate', count: 2 });
+      // A critical counts only critical incidents: two fit, the third is held.
+      expect(await s.admit(req(2_300, { key: 'e', sev: 2 }))).toEqual({ ok: true, as: 'trigger' });
+      expect(await s.admit(req(2_400, { key: 'f', sev: 2 }))).toEqual({ ok: true, as: 'trigger' });
+      expect(await s.admit(req(2_500, { key: 'g', sev: 2 }))).toEqual({ ok: false, why: 'rate', count: 2 });
+      // A held incident left nothing behind: once the window frees, it is opened.
+      expect(await s.admit(req(12_401, { key: 'c' }))).toEqual({ ok: true, as: 'trigger' });
+    });
+
+    it('an incident the channel was not told of starts with a trigger there; its resolve alone is not sent', async () => {
+      const s = make();
+      // Its trigger was below this channel's min_severity: the escalation is the channel's trigger.
+      expect(await s.admit(req(1_000, { seq: 2, state: 'escalate', sev: 2 }))).toEqual({ ok: true, as: 'trigger' });
+      expect(await s.admit(req(1_100, { seq: 3, state: 'resolve', sev: 2 }))).toEqual({ ok: true, as: 'resolve' });
+      // Another episode of the same dedup_key, never told here: its resolve is not sent.
+      expect(await s.admit(req(5_000, { episode: 2, seq: 5, state: 'resolve' }))).toEqual({
+        ok: false,
+        why: 'untold',
+      });
+    });
+
+    it('the quiet window holds a flapping incident at no higher severity, not a worse one', async () => {
+      const s = make();
+      expect((await s.admit(req(1_000))).ok).toBe(true);
+      expect((await s.admit(req(1_100, { seq: 2, state: 'resolve' }))).ok).toBe(true);
+      // Opened again 0.2 s after its first opening here, at the same severity: held.
+      expect(await s.admit(req(1_200, { episode: 2, seq: 3 }))).toEqual({ ok: false, why: 'quiet', last: 1_000 });
+      // Its escalation to critical is news: the channel's trigger of this episode.
+      expect(await s.admit(req(1_300, { episode: 2, seq: 4, state: 'escalate', sev: 2 }))).toEqual({
+        ok: true,
+        as: 'trigger',
+      });
+      // The window runs from the last opening here; after it, a reopening is one more incident.
+      expect((await s.admit(req(1_400, { episode: 2, seq: 5, state: 'resolve', sev: 2 }))).ok).toBe(true);
+      expect(await s.admit(req(2_200, { episode: 3, seq: 6 }))).toEqual({ ok: false, why: 'quiet', last: 1_300 });
+      expect(await s.admit(req(2_400, { episode: 3, seq: 6 }))).toEqual({ ok: false, why: 'rate', count: 2 });
+    });
+
+    it('the same transition admitted again passes as it went, without counting twice; an older one is stale', async () => {
+      const s = make();
+      expect(await s.admit(req(1_000, { seq: 2, state: 'escalate' }))).toEqual({ ok: true, as: 'trigger' });
+      // Inside the quiet window, the same transition passes again, as the trigger it went out as...
+      expect(await s.admit(req(1_000, { seq: 2, state: 'escalate' }))).toEqual({ ok: true, as: 'trigger' });
+      expect(await s.admit(req(1_000, { seq: 2, state: 'escalate' }))).toEqual({ ok: true, as: 'trigger' });
+      // ...and took one slot: another incident fits.
+      expect(await s.admit(req(1_300, { key: 'b' }))).toEqual({ ok: true, as: 'trigger' });
+      // An older transition than the channel got (a slow fan-out of seq 1) is stale.
+      expect(await s.admit(req(1_400, { seq: 1 }))).toEqual({ ok: false, why: 'stale' });
     });
   },
 );
@@ -196,5 +305,21 @@ describe.runIf(backends().includes('redis'))('store updateBytes across instances
     for (let i = 0; i < 20; i++) await Promise.all([a.updateBytes('k', inc), b.updateBytes('k', inc)]);
     const end = await a.getBytes('k');
     expect(new DataView(end!.buffer, end!.byteOffset).getUint32(0)).toBe(40);
+  });
+});
+
+describe('memory store: counters and lists expire like Redis keys', () => {
+  it('incr and pushCapped with a ttl expire; without one they keep the expiry they had', async () => {
+    const clock = new FakeClock();
+    const s = new MemoryStore(clock);
+    await s.incr('c', { n: 1 }, 1_000);
+    await s.pushCapped('l', 1, 5, 1_000);
+    clock.advance(600);
+    await s.incr('c', { n: 1 });
+    await s.pushCapped('l', 2, 5);
+    expect(await s.counts('c')).toEqual({ n: 2 });
+    clock.advance(600);
+    expect(await s.counts('c')).toEqual({});
+    expect(await s.list('l', 5)).toEqual([]);
   });
 });

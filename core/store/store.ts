@@ -1,7 +1,9 @@
+import type { AdmitRequest, AdmitResult } from './admit.ts';
+
 // The store contract: everything Vigil keeps (alert lifecycle, last-notified marks,
 // rate limits, knobs, mode and breaker state, delivery log, judge windows) goes
 // through it, so the in-process backend and Redis behave the same. One contract
-// test suite (store.contract.ts) runs against both.
+// test suite (store.test.ts) runs against both.
 
 export interface UpdateResult<T, R> {
   /** The new value; `undefined` deletes the key. */
@@ -37,19 +39,31 @@ export interface Store {
    */
   hit(key: string, now: number, windowMs: number, max: number): Promise<{ allowed: boolean; count: number }>;
   /**
-   * The notifier's per-channel gate, atomic in one step: refuse if `field` was marked
-   * within `quietMs` (quiet window), else refuse if `max` hits fall inside the rate
-   * window, else record the hit and mark `field` at `now`.
+   * The notifier's per-channel gate, atomic in one step (the rules: core/store/admit.ts,
+   * `admitRule`): what this channel was told of the incident decides whether the
+   * transition goes out, and as which state; the quiet window and the rate limit hold
+   * only a new incident for the channel, never a rise of one it knows.
    */
   admit(q: AdmitRequest): Promise<AdmitResult>;
-  /** A sorted index (a set ordered by score): add `member` at `score` unless it is there already. */
+  /** A sorted index (a set ordered by score): add `member` at `score`, or move it up to `score` (never down). */
   indexAdd(key: string, member: string, score: number): Promise<void>;
-  /** Removes and returns the members with the lowest scores beyond the first `keep` from the top. */
-  indexTrim(key: string, keep: number): Promise<string[]>;
-  /** Prepend to a list and keep the newest `cap` entries. */
-  pushCapped<T>(key: string, value: T, cap: number): Promise<void>;
+  /**
+   * Removes and returns the members with the lowest scores beyond the first `keep` from
+   * the top, only those scored below `below` (members at or above it stay, past `keep`).
+   */
+  indexTrim(key: string, keep: number, below?: number): Promise<string[]>;
+  /** Prepend to a list and keep the newest `cap` entries; `ttlMs` (optional) renews the list's expiry. */
+  pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void>;
   /** Newest first. */
   list<T>(key: string, limit: number): Promise<T[]>;
+  /**
+   * Counters: adds each delta to its numeric field of the hash at `key` atomically (fields
+   * start at 0) and returns the new value of every field named; `ttlMs` (optional) renews
+   * the hash's expiry. Many writers on one key never conflict (no compare-and-set).
+   */
+  incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>>;
+  /** The counters at `key`: the fields named (0 when absent), or every field. */
+  counts(key: string, fields?: readonly string[]): Promise<Record<string, number>>;
   /** Binary values (compact judge state). */
   getBytes(key: string): Promise<Uint8Array | undefined>;
   setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void>;
@@ -68,27 +82,7 @@ export interface Store {
   close(): Promise<void>;
 }
 
-export interface AdmitRequest {
-  markKey: string;
-  field: string;
-  /**
-   * The transition's identity: a second admit of the same one (a retried fan-out) is
-   * let through again without counting twice.
-   */
-  ident: string;
-  now: number;
-  quietMs: number;
-  /** Expiry of the mark hash. */
-  markTtlMs: number;
-  rateKey: string;
-  windowMs: number;
-  max: number;
-}
-
-export type AdmitResult =
-  | { ok: true }
-  | { ok: false; why: 'quiet'; last: number }
-  | { ok: false; why: 'rate'; count: number };
+export type { AdmitRequest, AdmitResult } from './admit.ts';
 
 export function bytesEqual(a: Uint8Array | undefined, b: Uint8Array | undefined): boolean {
   if (a === undefined || b === undefined) return a === b;

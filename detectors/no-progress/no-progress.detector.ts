@@ -473,7 +473,6 @@ export class NoProgressDetector implements Detector {
           ? {
               external: {
                 level: worse.level as 'stalling' | 'looping',
-                reason: worse.reason,
                 source: worse.source,
                 agent: (await this.tree.meta(id))?.agent,
               },

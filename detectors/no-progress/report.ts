@@ -10,8 +10,13 @@ export interface ReportSubject {
   session_id: string;
   /** Set when the report is shown to the parent (the root of the tree). */
   child_of?: string;
-  /** A worse verdict from outside the judge (the watchdog): it leads the report. */
-  external?: { level: 'stalling' | 'looping'; reason: string; source: string; agent?: string };
+  /**
+   * A worse verdict from outside the judge (the watchdog): it leads the report by its
+   * source and level only. Its free-text reason came from outside and the report joins
+   * a model's compaction prompt, so the reason stays with people (alert summary,
+   * readouts, toasts) and never enters the report.
+   */
+  external?: { level: 'stalling' | 'looping'; source: string; agent?: string };
 }
 
 export type AvoidCause =
@@ -106,9 +111,9 @@ export function buildReport(subject: ReportSubject, s: SessionState, k: NoProgre
   const parent = subject.child_of ?? s.parent;
   const kind = parent ? 'A sub-agent' : 'A session';
   const head = ext
-    ? `[vigil] ${kind} was flagged by the ${ext.source} (${ext.level}): ${ext.reason}`
+    ? `[vigil] ${kind} was flagged by the ${ext.source} (${ext.level}).`
     : v.level === 'ok'
-      ? `[vigil] ${kind} is making progress (ok).`
+      ? `[vigil] ${kind} shows no stall or loop in its current window (ok).`
       : s.readOnly
         ? `[vigil] ${kind} is repeating itself (${v.level}).`
         : `[vigil] ${kind} stalled without landing a change (${v.level}).`;
@@ -149,7 +154,7 @@ export function buildReport(subject: ReportSubject, s: SessionState, k: NoProgre
   lines.push(
     `  spend since last landed change: $${s.usdSince.toFixed(2)}, ${formatTokens(s.tokSince)} prompt tokens${ctx}`,
   );
-  lines.push(`  why: ${ext ? `${ext.source}: ${ext.reason}` : v.reason}`);
+  lines.push(`  why: ${ext ? `${ext.source} judged it ${ext.level}; this judge: ${v.reason}` : v.reason}`);
   if (v.level !== 'ok' || ext) lines.push(AVOID[dominantCause(s, k)]);
   return ascii(lines.join('\n'));
 }

@@ -13,8 +13,11 @@ export const AutoRecoverOptionsSchema = z.strictObject({
   max_recoveries: z.number().int().min(1).max(10).default(2),
   /** Retry-After on a recovering conversation's 429. */
   retry_after: duration().prefault('30s'),
-  /** Retry-After on a stopped tree's 429 (it waits for Resume anyway). */
-  hard_stop_retry_after: duration().prefault('1h'),
+  /**
+   * Retry-After on a stopped tree's 429: short, so a client waiting in retry (opencode
+   * honours it) goes on soon after a Resume; meanwhile each retry is one refused check.
+   */
+  hard_stop_retry_after: duration().prefault('10s'),
   /** Lift a recovery's refusal anyway when the plugin has not reported the compaction by then. */
   compaction_timeout: duration().prefault('15m'),
 });
@@ -26,42 +29,41 @@ const SOURCE = 'auto_recover';
 
 /**
  * auto_recover. Stage 1, the first detection in a tree: refuse the
- * stuck conversation (scoped 429), have the plugin abort it and the tree's root, compact
- * the root with the incident report in the compaction prompt (it continues from there),
- * lift the refusal when the compaction is done. Stage 2, again within recover_window:
- * the same recovery plus the context cap on the whole tree. After max_recoveries in the
- * window, stage 3: refuse the whole tree, critical alert, wait for an admin Resume.
+ * stuck conversation (scoped 429; the plugin blocks its tool calls too, unless it is the
+ * root, which goes on after its compaction), have the plugin abort it and the tree's
+ * root (opencode cancels the root's running children with it; other trees go on),
+ * compact the root with the incident report in the compaction prompt (it continues from
+ * there), lift the refusal when the compaction is done. Stage 2, again within
+ * recover_window: the same recovery plus the context cap on the whole tree. After
+ * max_recoveries in the window, stage 3: refuse the whole tree and block its tool calls
+ * in the plugin (so the stop holds without a router), critical alert, wait for an admin
+ * Resume.
  *
  * The detector judges the tree afresh once the compaction is done, so a loop that
- * resumes is a new detection here. Besides the detector's own incident, each episode
- * has a recovery incident (`<root>:recovery`) whose severity is the stage: info at
- * stage 1, an escalation to warning at stage 2, to critical at the hard stop. It
- * resolves on Resume, or once recover_window passes without a new detection (the tree
- * is then back at stage 0).
+ * resumes is a new detection here. Each episode has a recovery incident
+ * (`<root>:recovery`): a warning at stage 1 (trigger), stage 2 (an escalation by stage
+ * at the same severity), critical at the hard stop. The detector's own incident stays
+ * open through the episode (a session judged afresh has not shown progress yet); both
+ * resolve on Resume, or once recover_window passes without a new detection (the tree is
+ * then back at stage 0).
  */
 export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOptions): Mode {
   return {
     type: 'auto_recover',
     acts: true,
     decide(tree, ev, now): Decision {
-      const d = warnDecision(tree, ev, now, 'warning');
-      const t: TreeState = {
-        ...d.tree,
-        refused: { ...d.tree.refused },
-        recoveries: d.tree.recoveries.filter((x) => now - x < o.recover_window),
-      };
+      const recoveries = tree.recoveries.filter((x) => now - x < o.recover_window);
+      const ended = (tree.stage === 1 || tree.stage === 2) && recoveries.length === 0 && !tree.awaiting_compaction;
+      // While an episode runs, the tree's incidents stay open (warnDecision's hold).
+      let d = warnDecision(tree, ev, now, 'warning', tree.stage !== 0 && !ended);
+      const t: TreeState = { ...d.tree, refused: { ...d.tree.refused }, recoveries };
       d.tree = t;
-      if ((t.stage === 1 || t.stage === 2) && t.recoveries.length === 0 && !t.awaiting_compaction) {
+      if (ended) {
         // the window passed without a new detection: the episode is over
+        const why = `no loop within ${formatDuration(o.recover_window)} of the last recovery`;
         t.stage = 0;
-        d.alerts.push(
-          resolveAlert(
-            recoveryKey(t.root),
-            `recovered: ${t.root}`,
-            `no loop within ${formatDuration(o.recover_window)} of the last recovery`,
-            SOURCE,
-          ),
-        );
+        d.alerts.push(resolveAlert(recoveryKey(t.root), `recovered: ${t.root}`, why, SOURCE));
+        d = settle(d, why);
       }
       switch (ev.type) {
         case 'resume': {
@@ -109,6 +111,8 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
               refuse_all: { reason, since: now, dedup_key: recoveryKey(t.root) },
               awaiting_compaction: undefined,
             };
+            // The block first: a tool call between it and the abort is refused already.
+            d.directives.push({ type: 'block', session_id: t.root, scope: 'tree', reason, report: ev.report });
             d.directives.push({ type: 'abort', session_id: ev.session_id, reason });
             if (t.root !== ev.session_id) d.directives.push({ type: 'abort', session_id: t.root, reason });
             d.directives.push(
@@ -117,6 +121,7 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
             d.alerts.push({
               dedup_key: recoveryKey(t.root),
               severity: 'critical',
+              stage: 3,
               state: 'trigger',
               title: `hard stop: ${ev.agent ?? 'agent'} (${ev.session_id})`,
               summary: `${reason}. ${ev.reason}`.slice(0, 1024),
@@ -138,6 +143,16 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
           };
           if (stage === 2) next = applyCap(next, '*', cap, now);
           d.tree = next;
+          // The stuck session's tools are refused until the lift; not the root's: it goes on
+          // after its compaction (auto_continue), before the lift reaches the plugin.
+          if (ev.session_id !== t.root) {
+            d.directives.push({
+              type: 'block',
+              session_id: ev.session_id,
+              reason: `recovering: ${ev.reason}`.slice(0, 300),
+              report: ev.report,
+            });
+          }
           d.directives.push({ type: 'abort', session_id: ev.session_id, reason: ev.reason });
           if (t.root !== ev.session_id) d.directives.push({ type: 'abort', session_id: t.root, reason: ev.reason });
           d.directives.push({
@@ -159,7 +174,10 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
           const what = stage === 1 ? 'recovering' : 'recovering with a context cap';
           d.alerts.push({
             dedup_key: recoveryKey(t.root),
-            severity: stage === 1 ? 'info' : 'warning',
+            // A warning from stage 1, so a channel at its defaults hears of each stage;
+            // stage 2 escalates by stage at the same severity, the hard stop to critical.
+            severity: 'warning',
+            stage,
             state: 'trigger',
             title: `${what} (stage ${stage}): ${ev.agent ?? 'agent'} (${ev.session_id})`.slice(0, 200),
             summary: (stage === 1
@@ -185,12 +203,13 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
   };
 }
 
+/** The recovery's refusals end (the compaction is done, or its timeout); the episode goes on. */
 function lift(d: Decision, t: TreeState, why: string): Decision {
   const lifted = Object.keys(t.refused);
   d.tree = { ...t, refused: {}, awaiting_compaction: undefined };
   for (const s of lifted) d.directives.push({ type: 'lift', session_id: s, reason: why });
   if (!lifted.length) d.directives.push({ type: 'lift', session_id: t.root, reason: why });
-  return settle(d, why);
+  return d;
 }
 
 export const autoRecoverPlugin = definePlugin<ModePlugin<AutoRecoverOptions>>({

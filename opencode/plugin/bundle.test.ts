@@ -35,17 +35,32 @@ type HookFn = (...a: unknown[]) => Promise<void>;
 /** ctx as opencode 1.18 passes it, with a stand-in v1 client (results are {data, response}). */
 function fakeCtx() {
   const ok = (data: unknown) => Promise.resolve({ data, response: new Response(null, { status: 200 }) });
+  const calls: string[] = [];
   const client = {
     session: {
       get: (o: { path: { id: string } }) => ok({ id: o.path.id, parentID: o.path.id === CHILD ? ROOT : undefined }),
-      abort: () => ok(true),
+      abort: (o: { path: { id: string } }) => {
+        calls.push(`abort ${o.path.id}`);
+        return ok(true);
+      },
       status: () => ok({}),
       summarize: () => ok(true),
       messages: () => ok([]),
+      promptAsync: (o: { path: { id: string }; body: { parts: { text: string }[] } }) => {
+        calls.push(`prompt_async ${o.path.id}: ${o.body.parts[0].text}`);
+        return ok(undefined);
+      },
     },
     tui: { showToast: () => ok(true) },
   };
-  return { client, directory: CWD, worktree: CWD, serverUrl: new URL('http://127.0.0.1:1/'), project: { id: 'p' } };
+  return {
+    client,
+    calls,
+    directory: CWD,
+    worktree: CWD,
+    serverUrl: new URL('http://127.0.0.1:1/'),
+    project: { id: 'p' },
+  };
 }
 
 describe('the bundled plugin (dist/vigil.js)', () => {
@@ -121,6 +136,48 @@ describe('the bundled plugin (dist/vigil.js)', () => {
     for (const content of ['FAIL: add', 'export function', 'return a', 'Continue if', 'SUBAGENT', CWD, 'echo ok']) {
       expect(wire).not.toContain(content);
     }
+  });
+
+  it("refuses a stopped tree's tool calls by throwing in tool.execute.before, until a Resume lifts it (then nudges)", async () => {
+    let pending: unknown[] = [
+      {
+        id: 'b1',
+        root_id: ROOT,
+        type: 'block',
+        session_id: ROOT,
+        scope: 'tree',
+        reason: 'hard stop: waiting for Resume',
+        report: '[vigil] report',
+        created_at: 1,
+      },
+    ];
+    vi.stubGlobal('fetch', async (url: string) => {
+      const directives = String(url).includes('/directives/ack') ? undefined : pending;
+      return new Response(JSON.stringify({ accepted: 1, verdicts: [], directives, acknowledged: 1 }), { status: 202 });
+    });
+    vi.stubEnv('VIGIL_URL', 'http://vigil.test:7411');
+    vi.stubEnv('VIGIL_POLL_MS', '250');
+    const ctx = fakeCtx();
+    const hooks = (await (mod.VigilPlugin as (c: unknown) => Promise<Record<string, HookFn>>)(ctx)) as Record<
+      string,
+      HookFn
+    >;
+    const after = captured().find((l) => l.hook === 'tool.execute.after' && l.input.sessionID === ROOT)!;
+    await hooks['tool.execute.after'](after.input, structuredClone(after.output)); // its answer carries the block
+    const call = { tool: 'read', sessionID: ROOT, callID: 'call_blocked' };
+    await vi.waitFor(() => expect(hooks['tool.execute.before'](call, { args: {} })).rejects.toThrow(/hard stop/), {
+      timeout: 5_000,
+    });
+    await vi.waitFor(() => expect(ctx.calls).toContain(`abort ${ROOT}`));
+    pending = [
+      { id: 'l1', root_id: ROOT, type: 'lift', session_id: ROOT, scope: 'tree', reason: 'resumed by t', created_at: 2 },
+    ];
+    await vi.waitFor(() => expect(ctx.calls.some((c) => c.startsWith(`prompt_async ${ROOT}`))).toBe(true), {
+      timeout: 5_000,
+    });
+    await expect(hooks['tool.execute.before'](call, { args: {} })).resolves.toBeUndefined();
+    await hooks.dispose();
+    vi.unstubAllEnvs();
   });
 
   it('never fails a hook, whatever it is handed, and loads as a no-op when disabled', async () => {

@@ -2,6 +2,7 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { duration } from '../../core/duration.ts';
+import { stateDir, xdgDir } from '../../core/paths.ts';
 
 // The `watchdog` config section. Path defaults are null here and resolved at run time
 // (XDG_STATE_HOME / XDG_DATA_HOME of the tick's environment), so config/default.yaml
@@ -66,12 +67,8 @@ function expand(p: string, home: string): string {
 /** The four files, from config or the XDG defaults of `env` (absolute XDG paths only, per the spec). */
 export function resolvePaths(o: WatchdogOptions, env: NodeJS.ProcessEnv): WatchdogPaths {
   const home = env.HOME || homedir();
-  const xdg = (name: string, fallback: string) => {
-    const v = env[name];
-    return v?.startsWith('/') ? v : join(home, fallback);
-  };
-  const state = join(xdg('XDG_STATE_HOME', '.local/state'), 'vigil');
-  const data = join(xdg('XDG_DATA_HOME', '.local/share'), 'opencode');
+  const state = stateDir(env);
+  const data = join(xdgDir(env, 'XDG_DATA_HOME', '.local/share'), 'opencode');
   return {
     state: o.state_file ? expand(o.state_file, home) : join(state, 'watchdog.json'),
     lock: o.lock_file ? expand(o.lock_file, home) : join(state, 'watchdog.lock'),

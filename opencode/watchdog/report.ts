@@ -31,7 +31,7 @@ export type Delivery = { state: 'ok' } | { state: 'down'; why: string } | { stat
 
 export interface ServiceTarget {
   url: string;
-  /** The admin token, needed when the service is bound off loopback. */
+  /** The ingestion token (server.ingest_token_env), needed when the service has one (always off loopback). */
   token?: string;
   timeoutMs: number;
 }

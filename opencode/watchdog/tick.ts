@@ -69,7 +69,8 @@ export async function runTick(o: TickOptions): Promise<TickOutcome> {
   const at = now();
   const service: ServiceTarget = {
     url: w.service_url,
-    token: env[cfg.server.admin_token_env] || undefined,
+    // A sensor: it sends the ingestion token, never the admin token (service/auth.ts).
+    token: env[cfg.server.ingest_token_env] || undefined,
     timeoutMs: w.request_timeout,
   };
   const base = { at, servers: 0, sessions: 0, flagged: 0, model_calls: 0, reported: [], stats: 0, alerted: false };

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
+import { FakeClock } from '../../core/clock.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { eventually, testVigil } from '../../test/helpers/index.ts';
 import { type App, buildServer } from '../server.ts';
@@ -176,6 +177,11 @@ describe('admin page in a browser', () => {
       () => document.querySelector('[data-session="ses_loop"] .verdict')?.textContent?.trim() === 'looping',
     );
     expect(await page.evaluate(() => (window as unknown as { loadedOnce?: number }).loadedOnce)).toBe(1);
+    // The detectors column names the no-progress verdict (it showed "-" for a loop before).
+    await page.waitForFunction(() =>
+      document.querySelector('[data-session="ses_loop"] td.detectors')?.textContent?.includes('no-progress: looping'),
+    );
+    expect(await page.textContent('[data-session="ses_healthy"] td.detectors')).toBe('-');
     await page.waitForSelector('tr.tree[data-root="ses_orch"]');
     await page.waitForFunction(
       () => (document.querySelector('[data-session="ses_loop"] .spark canvas') as HTMLCanvasElement | null) !== null,
@@ -326,6 +332,97 @@ describe('admin page in a browser', () => {
     expect(await page.textContent('[data-key="behavior-breaker: tripped models"]')).toBe('none');
     await shot(page, 'health');
     await page.close();
+  });
+
+  it('Spend: the chart of the last days (in loops vs total, per model) and the budget beside the session', async () => {
+    // Ten days of spend on a test clock: a healthy session per model per day, and on
+    // most days a loop on the cheap model (reads of one file) that the judge flags.
+    const clock = new FakeClock(Date.parse('2026-09-17T09:00:00Z'));
+    const v = await testVigil({
+      backend: 'memory',
+      clock,
+      overlay: { money: { budgets: { tree: { usd: 1 } } }, server: { rate_limit: { max: 1_000_000 } } },
+    });
+    const s = await serve(v);
+    const send = async (path: string, body: unknown) => {
+      const r = await fetch(`${s.base}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      expect(r.status).toBe(202);
+    };
+    const call = (session: string, model: string, usd: number, i: number, parent?: string) => ({
+      session_id: session,
+      ...(parent ? { parent_session_id: parent } : {}),
+      request_id: `${session}-${i}`,
+      model,
+      prompt_tokens: 20_000 + 1_000 * i,
+      cost_usd: usd,
+      ts: clock.advance(20_000),
+    });
+    try {
+      for (let d = 0; d < 10; d++) {
+        clock.set(Date.parse('2026-09-17T09:00:00Z') + d * 86_400_000);
+        for (let i = 0; i < 8 + (d % 3) * 4; i++)
+          await send('/requests', call(`ses_day${d}_ok`, 'anthropic/claude-sonnet-5', 0.09, i));
+        for (let i = 0; i < 10 + d; i++)
+          await send('/requests', call(`ses_day${d}_glm`, 'z-ai/glm-5.3-flash', 0.02, i));
+        // The day ends: a flagged session idle since ends its stretch (the service's timer ticks; here the test does).
+        if (d > 0) {
+          clock.advance(3_600_000);
+          await v.engine.tick();
+        }
+        if (d % 4 === 3) continue; // a day without a loop
+        for (const [i, ev] of loopEvents(`ses_day${d}_loop`, 14 + 2 * d, { parent: `ses_day${d}_orch` }).entries()) {
+          await send('/requests', call(`ses_day${d}_loop`, 'z-ai/glm-5.3-flash', 0.04, i, `ses_day${d}_orch`));
+          await send('/progress', { ...ev, ts: clock.now() });
+        }
+      }
+      const page = await openPage(`${s.base}/#sessions`);
+      await live(page);
+      // Beside the session: its tree's spend today against the tree ceiling.
+      const cell = page.locator('[data-session="ses_day9_loop"] td.budget');
+      await cell.waitFor();
+      expect(await cell.textContent()).toBe('tree $1.28/$1.00 128%');
+      expect(await cell.getAttribute('class')).toContain('budget-over');
+      await page.waitForSelector('tr.tree[data-root="ses_day9_orch"] .badge.refused');
+
+      await page.click('#tab-detectors');
+      const chart = page.locator('figure.chart');
+      await chart.locator('canvas').waitFor();
+      const legend = await chart.locator('.u-legend .u-label').allTextContents();
+      expect(legend).toEqual(
+        expect.arrayContaining([
+          'anthropic/claude-sonnet-5: total',
+          'anthropic/claude-sonnet-5: in loops',
+          'z-ai/glm-5.3-flash: total',
+          'z-ai/glm-5.3-flash: in loops',
+        ]),
+      );
+      // The table under it carries the same figures: the last day's loop on the cheap model.
+      const row = page.locator('table[data-detector="money"] tr', { hasText: '2026-09-26' }).filter({
+        hasText: 'z-ai/glm-5.3-flash',
+      });
+      expect(await row.locator('td').nth(3).textContent()).toBe('1.28');
+      const box = page.locator('.panel-box', { has: chart });
+      await shot(page, 'money');
+      if (process.env.VIGIL_UPDATE_DOCS === '1') {
+        const b = (await box.boundingBox())!;
+        writeFileSync(
+          join(ROOT, 'docs', 'money.png'),
+          await page.screenshot({
+            clip: { x: b.x, y: b.y, width: Math.min(b.width, 1000), height: Math.min(b.height, 420) },
+          }),
+        );
+      }
+      await page.close();
+    } finally {
+      const closing = s.app.close();
+      s.app.server.closeAllConnections();
+      await closing;
+      await v.close();
+    }
   });
 
   it('off loopback: the page asks for the token, then reads and streams with it', async () => {

@@ -1,11 +1,14 @@
 import type { AddressInfo } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { eventually, testVigil } from '../../test/helpers/index.ts';
 import { type App, buildServer } from '../server.ts';
+import type { AdminRow } from './sessions.ts';
 import { LOOP_KNOBS, loopEvents } from './testkit.ts';
 import { Tickets } from './tickets.ts';
+import { trees } from './ui/views/sessions.ts';
 
 const TOKEN = 'adm1n-t0ken-for-admin-tests';
 const admin = { authorization: `Bearer ${TOKEN}` };
@@ -156,6 +159,56 @@ describe('admin page: routes', () => {
     // turns since landed after each of the 3 calls (no router yet), then after each request
     expect(row.series.turns_since_landed).toEqual([1, 2, 3, 1, 2]);
     expect(row.detectors['no-progress']).toMatchObject({ level: 'ok', source: 'no-progress' });
+  });
+});
+
+describe('a tree whose opencode is long gone', () => {
+  it('reads as stale after detection.stale_after with no sensor: not live, out of the refused list; a live one is neither', async () => {
+    const clock = new FakeClock(Date.now());
+    const v = await testVigil({
+      backend: 'memory',
+      clock,
+      env: { VIGIL_ADMIN_TOKEN: TOKEN },
+      overlay: { progress: LOOP_KNOBS, modes: { mode: 'auto_recover' }, detection: { stale_after: '10m' } },
+      channels: [{ name: 'desk', type: 'desktop', command: '/nonexistent/notify-send' }],
+    });
+    const app = await buildServer(v, { version: '9.9.9' });
+    running.push({ v, app });
+    const post = (events: Record<string, unknown>[]) =>
+      app.inject({
+        method: 'POST',
+        url: '/progress',
+        headers: { 'x-vigil-plugin': 'vigil-opencode/9.9.9+test' },
+        payload: events,
+      });
+    const at = (evs: Record<string, unknown>[]) => evs.map((e) => ({ ...e, ts: clock.now() }));
+    // Two trees: one stuck (refused), one that goes on reporting.
+    await post(at(loopEvents('ses_gone', 12, { parent: 'ses_gone_root' })));
+    await post(at(loopEvents('ses_alive', 2)));
+    const rows = async () => (await app.inject({ method: 'GET', url: '/sessions' })).json() as AdminRow[];
+    const gone = (await rows()).find((r) => r.session === 'ses_gone')!;
+    expect(gone).toMatchObject({ refused: true, stale: false, plugin_live: true });
+    expect(trees(await rows()).find((t) => t.root === 'ses_gone_root')).toMatchObject({ refused: true, stale: false });
+    // Eleven minutes: the first tree's opencode sent nothing since; the other still reports.
+    clock.advance(6 * 60_000);
+    await post(at(loopEvents('ses_alive', 1)));
+    clock.advance(5 * 60_000);
+    await post(at(loopEvents('ses_alive', 1)));
+    const later = await rows();
+    expect(later.find((r) => r.session === 'ses_gone')).toMatchObject({
+      refused: true,
+      stale: true,
+      plugin_live: false,
+    });
+    expect(later.find((r) => r.session === 'ses_alive')).toMatchObject({ stale: false, plugin_live: true });
+    const t = trees(later).find((x) => x.root === 'ses_gone_root')!;
+    expect(t).toMatchObject({ stale: true, refused: false });
+    // The page turns a tree stale between reads too, from its last event and the knob it is told.
+    const meta = (await app.inject({ method: 'GET', url: '/admin/meta' })).json();
+    expect(meta.stale_after_ms).toBe(600_000);
+    const fresh = (await rows()).filter((r) => r.root === 'ses_alive');
+    expect(trees(fresh, clock.now() + 11 * 60_000, meta.stale_after_ms)[0]).toMatchObject({ stale: true });
+    expect(trees(fresh, clock.now(), meta.stale_after_ms)[0]).toMatchObject({ stale: false });
   });
 });
 

@@ -23,6 +23,7 @@ export const NOT_IN_ADMIN: Record<string, string> = {
   'notifications.max_age': STARTUP,
   'notifications.max_attempts': STARTUP,
   'notifications.drain_timeout': STARTUP,
+  'notifications.spool_file': STARTUP,
   'notifications.log_size': STARTUP,
   'notifications.concurrency': STARTUP,
   'notifications.lock_duration': STARTUP,

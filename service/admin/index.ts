@@ -64,6 +64,7 @@ export const adminPage =
         guarded: o.guarded,
         token_configured: o.tokenConfigured,
         watchdog_interval_ms: vigil.config.watchdog.interval as number,
+        stale_after_ms: vigil.config.detection.stale_after as number,
       }),
     );
 

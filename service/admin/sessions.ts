@@ -16,4 +16,7 @@ export type AdminRow = SessionRow & {
   usd_since_landed?: number;
   top_target?: string | null;
   top_count?: number;
+  /** The money detector's columns, when it is registered: the tightest budget today, and its level. */
+  budget?: string;
+  budget_level?: 'ok' | 'warning' | 'over' | 'resumed';
 };

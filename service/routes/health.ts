@@ -38,6 +38,8 @@ export const healthRoutes =
           redis,
           queue: vigil.queue.kind,
           queue_depth: up ? await vigil.queue.depth().catch(() => null) : null,
+          // Memory backend: alerts the last clean stop spooled, still waiting for delivery.
+          ...(vigil.queue.spooled ? { queue_spooled: vigil.queue.spooled() } : {}),
           mode: vigil.mode().type,
           channels,
           // Enabled channels that cannot deliver on this machine: every alert to them fails.

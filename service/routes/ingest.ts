@@ -12,6 +12,7 @@ import {
   ProgressEventSchema,
   RequestRecordSchema,
 } from '../../core/wire.ts';
+import { SENSOR_ROUTE } from '../auth.ts';
 
 /** The plugin names itself and its version in this header, so /health can show stale installs. */
 export const PLUGIN_HEADER = 'x-vigil-plugin';
@@ -34,7 +35,8 @@ export const ingestRoutes =
   async (app) => {
     const srv = vigil.config.server;
     // Per client address (@fastify/rate-limit): a runaway or hostile sender gets 429s, others go on.
-    const config = { rateLimit: { max: srv.rate_limit.max, timeWindow: srv.rate_limit.window } };
+    // SENSOR_ROUTE: the ingestion token guards these (service/auth.ts).
+    const config = { rateLimit: { max: srv.rate_limit.max, timeWindow: srv.rate_limit.window }, ...SENSOR_ROUTE };
     /** Event times outside [now - max_event_age, now + max_clock_skew] are refused, naming the field. */
     const checkTimes = (items: readonly { ts: number }[], many: boolean, field = 'ts') => {
       const now = vigil.clock.now();
@@ -49,6 +51,18 @@ export const ingestRoutes =
         if (it.ts < now - srv.max_event_age) {
           throw new AppError('BAD_INPUT', `${where}: older than server.max_event_age`);
         }
+      });
+    };
+    // An outside verdict names its own source: a detector's name would pass it off as
+    // Vigil's own judge (readouts, alerts, the breaker's evidence all show the source).
+    const detectorTypes = new Set(vigil.engine.detectors().map((d) => d.type));
+    const checkSources = (items: readonly { source: string }[], many: boolean) => {
+      items.forEach((it, i) => {
+        if (!detectorTypes.has(it.source)) return;
+        throw new AppError(
+          'BAD_INPUT',
+          `${many ? `body[${i}]` : 'body'}.source: "${it.source}" is a detector of this service; an outside verdict names its own source (watchdog, ...)`,
+        );
       });
     };
     const pluginVersion = (h: unknown) => {
@@ -126,6 +140,7 @@ export const ingestRoutes =
       },
       async (req, reply) => {
         const list = Array.isArray(req.body) ? req.body : [req.body];
+        checkSources(list, Array.isArray(req.body));
         const changes = await vigil.engine.verdicts(list);
         return reply.code(202).send({
           accepted: list.length,

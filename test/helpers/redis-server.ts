@@ -15,10 +15,12 @@ export class TestRedis {
   private constructor(
     readonly port: number,
     private readonly aof: boolean,
+    /** requirepass: clients must AUTH with it. */
+    private readonly password?: string,
   ) {}
 
-  static async start(o: { aof?: boolean } = {}): Promise<TestRedis> {
-    const r = new TestRedis(await freePort(), o.aof ?? false);
+  static async start(o: { aof?: boolean; password?: string } = {}): Promise<TestRedis> {
+    const r = new TestRedis(await freePort(), o.aof ?? false, o.password);
     await r.up();
     return r;
   }
@@ -30,6 +32,7 @@ export class TestRedis {
   async up(): Promise<void> {
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', ''];
     args.push('--appendonly', this.aof ? 'yes' : 'no', '--appendfsync', 'always');
+    if (this.password) args.push('--requirepass', this.password);
     this.child = spawn('redis-server', args, { stdio: 'ignore' });
     for (let i = 0; i < 200; i++) {
       if (await this.answers()) return;
@@ -47,11 +50,16 @@ export class TestRedis {
         resolve(false);
       });
       s.on('error', () => resolve(false));
+      let got = '';
       s.on('data', (d) => {
-        s.destroy();
-        resolve(String(d).startsWith('+PONG'));
+        got += d;
+        // With a password the +OK of AUTH may come first, alone.
+        if (got.endsWith('+PONG\r\n') || got.includes('-')) {
+          s.destroy();
+          resolve(got.endsWith('+PONG\r\n'));
+        }
       });
-      s.write('PING\r\n');
+      s.write(this.password ? `AUTH ${this.password}\r\nPING\r\n` : 'PING\r\n');
     });
   }
 

@@ -28,7 +28,13 @@ export function reasonOf(
   g: VerdictSignals,
 ): string {
   const since = `${g.turns_since_landed} turns (${usdText(g.usd_since_landed)}) without a landed change`;
-  if (level === LEVEL_OK) return s.landed > 0 || !s.readOnly ? `ok: ${since}` : `ok: read-only, ${g.calls} calls`;
+  if (level === LEVEL_OK) {
+    // A resolve quotes this: say what is true (a landed change, or only a quiet window).
+    if (s.readOnly && s.landed === 0) return `ok: read-only, ${g.calls} calls`;
+    if (s.landed === 0) return `ok: ${since}, below the thresholds`;
+    const n = g.turns_since_landed;
+    return `ok: a change landed ${n} turn${n === 1 ? '' : 's'} ago (${usdText(g.usd_since_landed)} since)`;
+  }
   let what: string;
   switch (rule) {
     case 'duplicates':

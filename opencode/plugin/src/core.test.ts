@@ -19,6 +19,7 @@ function setup(
     pollMs?: number;
     summarize?: OpencodeActions['summarize'];
     hygiene?: ConstructorParameters<typeof PluginCore>[0]['hygiene'];
+    activeMs?: number;
   } = {},
 ) {
   const posted: { path: string; body: any; headers: Record<string, string> }[] = [];
@@ -52,6 +53,8 @@ function setup(
     },
     lastModel: async () => undefined,
     fresh: async () => 'ses_fresh',
+    status: async () => 'idle',
+    prompt: async (id, text) => void calls.push(`prompt ${id}: ${text}`),
   };
   const core = new PluginCore({
     book: new SessionBook(),
@@ -60,6 +63,7 @@ function setup(
     cwd: CWD,
     pollMs: o.pollMs ?? 0,
     hygiene: o.hygiene,
+    activeMs: o.activeMs,
   });
   return { core, posted, calls, setPending: (d: Directive[]) => (pending = d) };
 }
@@ -189,6 +193,63 @@ describe('PluginCore with captured opencode 1.18.33 hooks', () => {
     await core.dispose();
   });
 
+  it('a stopped tree: its tool calls are refused with the report, the session stopped, polled while quiet; Resume nudges it', async () => {
+    const block: Directive = {
+      id: 'b1',
+      root_id: ROOT,
+      type: 'block',
+      session_id: ROOT,
+      scope: 'tree',
+      reason: 'hard stop: looping again after 2 recoveries; waiting for Resume',
+      report: '[vigil] A session stalled without landing a change (looping).',
+      created_at: 1,
+    };
+    // activeMs < 0: no session counts as active at the poll.
+    const { core, posted, calls, setPending } = setup({ directives: [block], activeMs: -1 });
+    for (const l of lines.filter((x) => x.hook === 'event' && x.input.event.type.startsWith('session.')))
+      await feed(core, l);
+    const childAfter = lines.find((l) => l.hook === 'tool.execute.after' && l.input.sessionID === CHILD)!;
+    core.onToolAfter(childAfter.input, childAfter.output);
+    await core.client.flush();
+    await core.runner.idle();
+    // Every session of the tree (the child learnt from session.created) is refused; the message names why.
+    const refused = core.onToolBefore({ tool: 'read', sessionID: CHILD, callID: 'call_9' });
+    expect(refused).toMatch(/^Vigil refused this tool call: hard stop: looping again after 2 recoveries/);
+    expect(refused).toContain('[vigil] A session stalled');
+    expect(core.onToolBefore({ tool: 'read', sessionID: 'ses_elsewhere', callID: 'c' })).toBeUndefined();
+    await new Promise((r) => setTimeout(r, 5));
+    expect(calls).toEqual([`abort ${CHILD}`]);
+    // The block is held (no ack), and its tree is polled though no session of it counts as active.
+    expect(posted.some((p) => p.path === '/directives/ack')).toBe(false);
+    setPending([block]);
+    await core.poll();
+    expect(posted.filter((p) => p.path.startsWith('/directives?')).map((p) => p.path)).toEqual([
+      `/directives?session=${ROOT}`,
+    ]);
+    // Resume: the lift reaches the poll, the block ends, the stopped tree is nudged.
+    setPending([
+      {
+        id: 'l1',
+        root_id: ROOT,
+        type: 'lift',
+        session_id: ROOT,
+        scope: 'tree',
+        reason: 'resumed by e2e',
+        created_at: 2,
+      },
+    ]);
+    await core.poll();
+    expect(core.onToolBefore({ tool: 'read', sessionID: CHILD, callID: 'call_10' })).toBeUndefined();
+    expect(calls.at(-1)).toBe(
+      `prompt ${ROOT}: [Vigil CONTINUATION] The session tree was resumed (resumed by e2e). Continue the task where you left off.`,
+    );
+    const acked = posted
+      .filter((p) => p.path === '/directives/ack')
+      .flatMap((p) => p.body.acks.map((a: { id: string }) => a.id));
+    expect(acked.sort()).toEqual(['b1', 'l1']);
+    await core.dispose();
+  });
+
   it('never throws from a hook method, whatever opencode hands over', async () => {
     const { core } = setup();
     for (const bad of [undefined, null, 1, 'x', {}, { sessionID: 5 }, { event: null }]) {
@@ -197,6 +258,7 @@ describe('PluginCore with captured opencode 1.18.33 hooks', () => {
       expect(() => core.onChatMessage(bad, bad)).not.toThrow();
       expect(() => core.onChatParams(bad)).not.toThrow();
       expect(() => core.onCompacting(bad, bad)).not.toThrow();
+      expect(core.onToolBefore(bad)).toBeUndefined();
       await expect(core.onChatHeaders(bad, bad)).resolves.toBeUndefined();
     }
     await core.dispose();

@@ -57,6 +57,7 @@ export class PluginCore {
       ack: (acks) => this.client.ack(acks),
       modelOf: (id) => this.book.get(id).model,
       modelSeen: () => this.modelSeen,
+      rootOf: (id) => this.book.rootOf(id),
       now: this.now,
       log: this.log,
     });
@@ -110,6 +111,30 @@ export class PluginCore {
     if (e.type === 'session.compacted' && typeof e.properties?.sessionID === 'string') {
       this.runner.compacted(e.properties.sessionID);
     }
+    if (e.type === 'session.status' && typeof e.properties?.sessionID === 'string') {
+      const st = (e.properties as { status?: { type?: unknown } }).status;
+      if (st?.type === 'retry') this.runner.retrying(e.properties.sessionID);
+    }
+  }
+
+  /**
+   * `tool.execute.before`: the error a refused or stopped tree's tool call must fail with
+   * (plugin.ts throws it, so opencode refuses the call and the model sees why), or
+   * undefined to let it run. The session is aborted after it (it would only ask the model
+   * again). A Map lookup: every tool call passes here.
+   */
+  onToolBefore(input: unknown): string | undefined {
+    const id = (input as { sessionID?: unknown } | null)?.sessionID;
+    if (typeof id !== 'string') return undefined;
+    const refused = this.runner.blockedCall(id);
+    if (refused === undefined) return undefined;
+    this.touch(id);
+    this.runner.stopAfterRefusal(id);
+    this.log('debug', 'tool call refused', {
+      session: id,
+      tool: String((input as { tool?: unknown }).tool).slice(0, 64),
+    });
+    return refused;
   }
 
   /** `tool.execute.after`: a tool that returned. */
@@ -178,18 +203,20 @@ export class PluginCore {
     try {
       const now = this.now();
       this.hygieneTick(now);
-      const roots = new Set<string>();
+      const active = new Set<string>();
       for (const [id, at] of [...this.active.entries()]) {
         if (now - at > this.activeMs) this.active.delete(id);
-        else roots.add(this.book.rootOf(id));
+        else active.add(this.book.rootOf(id));
       }
+      // Blocked trees are polled however quiet they are: their lift (a Resume) must arrive.
+      const roots = new Set([...this.runner.blockedRoots(), ...[...active].slice(-20)]);
       if (!roots.size) {
         clearInterval(this.pollTimer);
         this.pollTimer = undefined;
         return;
       }
       const found: Directive[] = [];
-      for (const root of [...roots].slice(-20)) {
+      for (const root of roots) {
         const ds = await this.client.directives(root);
         if (ds === undefined) break; // the service is down: try again next tick
         found.push(...ds);

@@ -9,6 +9,8 @@ const MODEL: ModelRef = { providerID: 'fake', modelID: 'loop-model' };
 
 function fakeOpencode() {
   const calls: string[] = [];
+  /** What /session/status says per session (absent: idle). */
+  const statuses: Record<string, 'idle' | 'busy' | 'retry'> = {};
   let summarizeDone: (() => void) | undefined;
   let summarizeFail: ((e: Error) => void) | undefined;
   const actions: OpencodeActions = {
@@ -30,8 +32,10 @@ function fakeOpencode() {
       calls.push(`fresh ${title}: ${brief.split('\n')[0]}`);
       return 'ses_fresh';
     },
+    status: async (id) => statuses[id] ?? 'idle',
+    prompt: async (id, text) => void calls.push(`prompt ${id}: ${text}`),
   };
-  return { actions, calls, finish: () => summarizeDone?.(), fail: (e: Error) => summarizeFail?.(e) };
+  return { actions, calls, statuses, finish: () => summarizeDone?.(), fail: (e: Error) => summarizeFail?.(e) };
 }
 
 let n = 0;
@@ -54,6 +58,8 @@ const recovery = () => [
   }),
 ];
 
+const PARENTS: Record<string, string> = { [CHILD]: ROOT };
+
 function runner(o: { modelSeen?: boolean; now?: () => number; ackOk?: () => boolean } = {}) {
   const oc = fakeOpencode();
   const acks: string[] = [];
@@ -66,10 +72,19 @@ function runner(o: { modelSeen?: boolean; now?: () => number; ackOk?: () => bool
     },
     modelOf: () => undefined,
     modelSeen: () => o.modelSeen ?? true,
+    rootOf: (id) => PARENTS[id] ?? id,
     now: o.now,
   });
   return { r, oc, acks };
 }
+
+/** The hard stop as auto_recover queues it: the tree's block first, then the aborts. */
+const hardStop = () => [
+  dir('block', ROOT, { scope: 'tree', reason: 'hard stop: looping again after 2 recoveries', report: '[vigil] R' }),
+  dir('abort', CHILD, { reason: 'hard stop' }),
+  dir('abort', ROOT, { reason: 'hard stop' }),
+];
+const tick = () => new Promise((res) => setTimeout(res, 5));
 
 describe('DirectiveRunner', () => {
   it('carries out a recovery in order and acknowledges each step after it is done', async () => {
@@ -194,6 +209,39 @@ describe('DirectiveRunner', () => {
     expect(fails).toBe(3);
   });
 
+  it("a stage's summarize returning late (its loop ended at the next stage's abort) does not complete the next compaction", async () => {
+    const oc = fakeOpencode();
+    const finishers: (() => void)[] = [];
+    oc.actions.summarize = (id) => {
+      oc.calls.push(`summarize ${id}`);
+      return new Promise<void>((res) => finishers.push(res));
+    };
+    const acks: string[] = [];
+    const r = new DirectiveRunner({
+      actions: oc.actions,
+      ack: async (l) => {
+        acks.push(...l.map((a) => a.id));
+        return true;
+      },
+      modelOf: () => MODEL,
+    });
+    const one = dir('compact', ROOT, { report: 'REPORT 1', auto_continue: true });
+    await r.offer([one]);
+    r.compacted(ROOT); // session.compacted of the first: acknowledged; its summarize call still runs the loop
+    await tick();
+    const two = dir('compact', ROOT, { report: 'REPORT 2', auto_continue: true });
+    await r.offer([dir('abort', ROOT), two]);
+    finishers[0](); // the first call returns now (the abort ended its loop)
+    await tick();
+    expect(acks).not.toContain(two.id);
+    const out = { context: [] as string[] };
+    r.compactionContext(ROOT, out);
+    expect(out.context).toEqual(['REPORT 2']);
+    r.compacted(ROOT);
+    await tick();
+    expect(acks).toContain(two.id);
+  });
+
   it('runs a compaction again when summarize failed before session.compacted', async () => {
     const { r, oc, acks } = runner();
     const c = dir('compact', ROOT, { report: 'R', auto_continue: true });
@@ -223,6 +271,98 @@ describe('DirectiveRunner', () => {
     await r.offer([null, 42, { id: 'x' }, { ...dir('toast', ROOT), type: 'reboot' }]);
     expect(oc.calls).toEqual([]);
     expect(acks).toEqual([]);
+  });
+
+  it("a hard stop blocks every tool call of the tree, with the reason and the report, until the tree's lift", async () => {
+    const { r, oc, acks } = runner();
+    const ds = hardStop();
+    await r.offer(ds);
+    for (const s of [ROOT, CHILD]) {
+      expect(r.blockedCall(s)).toMatch(
+        /^Vigil refused this tool call: hard stop: looping again after 2 recoveries\. This session tree is stopped until a person resumes it/,
+      );
+      expect(r.blockedCall(s)).toContain('[vigil] R');
+    }
+    expect(r.blockedCall('ses_other_tree')).toBeUndefined();
+    expect(r.blockedRoots()).toEqual([ROOT]);
+    // Held, not acknowledged: it stays pending in the service (a restarted plugin blocks again).
+    expect(acks).toEqual([ds[1].id, ds[2].id]);
+    await r.offer(ds); // delivered again: nothing runs twice
+    expect(oc.calls).toEqual([`abort ${CHILD}`, `abort ${ROOT}`]);
+    // A lift of one session is not the tree's.
+    await r.offer([dir('lift', CHILD, { reason: 'compaction done' })]);
+    expect(r.blockedCall(CHILD)).toBeDefined();
+    const resume = dir('lift', ROOT, { scope: 'tree', reason: 'resumed by admin-page' });
+    await r.offer([resume]);
+    expect(r.blockedCall(ROOT)).toBeUndefined();
+    expect(r.blockedCall(CHILD)).toBeUndefined();
+    expect(r.blockedRoots()).toEqual([]);
+    expect(acks).toEqual(expect.arrayContaining([ds[0].id, resume.id]));
+  });
+
+  it('a Resume nudges the root it stopped, once it is idle; not one in retry, busy, or never stopped', async () => {
+    for (const [status, nudged] of [
+      ['idle', true],
+      ['retry', false],
+      ['busy', false],
+    ] as const) {
+      const { r, oc } = runner();
+      await r.offer(hardStop());
+      oc.statuses[ROOT] = status;
+      await r.offer([dir('lift', ROOT, { scope: 'tree', reason: 'resumed by admin-page' })]);
+      const prompts = oc.calls.filter((c) => c.startsWith('prompt'));
+      expect(prompts, status).toEqual(
+        nudged
+          ? [
+              `prompt ${ROOT}: [Vigil CONTINUATION] The session tree was resumed (resumed by admin-page). Continue the task where you left off.`,
+            ]
+          : [],
+      );
+    }
+    // Blocked, but this plugin never stopped anything of the tree (the abort was another's): no nudge.
+    const { r, oc } = runner();
+    await r.offer([hardStop()[0]]);
+    await r.offer([dir('lift', ROOT, { scope: 'tree', reason: 'resumed by x' })]);
+    expect(oc.calls).toEqual([]);
+  });
+
+  it('a refused request seen while blocked (opencode retrying) counts as stopped: its Resume nudges an idle root', async () => {
+    const { r, oc } = runner();
+    await r.offer([hardStop()[0]]);
+    r.retrying('ses_elsewhere'); // not this tree
+    await r.offer([dir('lift', ROOT, { scope: 'tree', reason: 'r1' })]);
+    expect(oc.calls).toEqual([]);
+    await r.offer([hardStop()[0]]);
+    r.retrying(CHILD);
+    await r.offer([dir('lift', ROOT, { scope: 'tree', reason: 'r2' })]);
+    expect(oc.calls.filter((c) => c.startsWith('prompt'))).toHaveLength(1);
+  });
+
+  it('a refused tool call stops its session once (parallel calls, a retried step), not at every call', async () => {
+    let now = 1_000;
+    const { r, oc } = runner({ now: () => now });
+    await r.offer([hardStop()[0]]);
+    for (let i = 0; i < 3; i++) r.stopAfterRefusal(CHILD);
+    await tick();
+    expect(oc.calls).toEqual([`abort ${CHILD}`]);
+    now += 5_001;
+    r.stopAfterRefusal(CHILD);
+    await tick();
+    expect(oc.calls).toEqual([`abort ${CHILD}`, `abort ${CHILD}`]);
+  });
+
+  it("a recovering child's block (stage 1) ends with its own lift, without a nudge", async () => {
+    const { r, oc, acks } = runner();
+    const block = dir('block', CHILD, { reason: 'recovering: looping' });
+    await r.offer([block, ...recovery()]);
+    expect(r.blockedCall(CHILD)).toMatch(
+      /^Vigil refused this tool call: recovering: looping\. This session is being recovered/,
+    );
+    expect(r.blockedCall(ROOT)).toBeUndefined(); // the root goes on after its compaction
+    await r.offer([dir('lift', CHILD, { reason: 'compaction of root done' })]);
+    expect(r.blockedCall(CHILD)).toBeUndefined();
+    expect(acks).toContain(block.id);
+    expect(oc.calls.filter((c) => c.startsWith('prompt'))).toEqual([]);
   });
 
   it('fresh (session hygiene): shows the brief; with open_session opens a fresh session with it, once', async () => {

@@ -3,11 +3,19 @@ import type { Directive } from '../../../core/wire.ts';
 import { type Log, silent } from './client.ts';
 import type { ModelRef } from './identity.ts';
 
-// The hands: carry out what the judge decided (toast, abort, compact, lift, fresh), once per
-// directive id however often it is delivered, in the order given, and acknowledge each
-// one after it is done. A compaction is done when opencode publishes
+// The hands: carry out what the judge decided (toast, abort, compact, lift, fresh, block),
+// once per directive id however often it is delivered, in the order given, and
+// acknowledge each one after it is done. A compaction is done when opencode publishes
 // `session.compacted` for the session: with `auto` the summarize call itself only
 // returns when the resumed loop ends.
+//
+// A block (a refused or stopped tree) is held here: the plugin refuses the scope's tool
+// calls (tool.execute.before throws with the block's message; opencode hands the model
+// the error) and aborts the session, so a stop holds with no router in front of the
+// model. It is acknowledged only when lifted: while held it stays pending in the
+// service, so a restarted plugin blocks again. A tree's lift (a Resume) also nudges the
+// tree's root to go on when this plugin stopped a session of it or saw it retry a
+// refused request, and the root sits idle.
 
 /** What the runner needs from opencode (src/opencode.ts implements it over ctx.client). */
 export interface OpencodeActions {
@@ -21,6 +29,10 @@ export interface OpencodeActions {
   lastModel(sessionID: string): Promise<ModelRef | undefined>;
   /** A new session, prompted with `brief` (its first message); resolves to its id. */
   fresh(title: string, brief: string): Promise<string>;
+  /** What the session is doing: `idle` (absent from /session/status), `busy` or `retry`. */
+  status(sessionID: string): Promise<'idle' | 'busy' | 'retry' | undefined>;
+  /** POST /session/{id}/prompt_async: a user turn with `text`; the same session goes on. */
+  prompt(sessionID: string, text: string): Promise<void>;
 }
 
 export interface RunnerOptions {
@@ -37,11 +49,39 @@ export interface RunnerOptions {
   abortDeferMs?: number;
   /** Attempts per directive before it is acknowledged as given up. */
   maxAttempts?: number;
+  /** A session's tree root as far as the plugin knows (blocks of a tree cover its sessions). */
+  rootOf?: (sessionID: string) => string;
   now?: () => number;
   log?: Log;
 }
 
-const TYPES = new Set(['toast', 'abort', 'compact', 'lift', 'fresh']);
+/** A block the plugin holds: the directive (acknowledged once lifted) and the error text the model sees. */
+interface Block {
+  directive: Directive;
+  message: string;
+}
+
+/** How long one abort after a refused tool call covers the session (parallel calls, a retry). */
+const STOP_MS = 5_000;
+/** The error a blocked tool call returns: one paragraph, then the incident report (bounded). */
+const REPORT_CHARS = 1_500;
+
+function blockMessage(d: Directive): string {
+  const tree = d.scope === 'tree';
+  const why = (d.reason ?? 'refused by Vigil').replace(/[^\x20-\x7e]/g, '?');
+  const head = tree
+    ? `Vigil refused this tool call: ${why}. This session tree is stopped until a person resumes it; do not retry, stop here.`
+    : `Vigil refused this tool call: ${why}. This session is being recovered; stop here.`;
+  return d.report ? `${head}\n\n${d.report.slice(0, REPORT_CHARS)}` : head;
+}
+
+/** The turn a Resume sends a stopped root: marked as a continuation, so the judge counts it as one. */
+export function nudgeText(reason: string | undefined): string {
+  const why = (reason ?? 'resumed').replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
+  return `[Vigil CONTINUATION] The session tree was resumed (${why}). Continue the task where you left off.`;
+}
+
+const TYPES = new Set(['toast', 'abort', 'compact', 'lift', 'fresh', 'block']);
 const VARIANTS = new Set(['info', 'success', 'warning', 'error']);
 
 function valid(d: unknown): d is Directive {
@@ -57,7 +97,8 @@ function valid(d: unknown): d is Directive {
   );
 }
 
-type Outcome = 'done' | 'retry' | 'later';
+/** `held`: carried out, acknowledged later (a block, when lifted). */
+type Outcome = 'done' | 'retry' | 'later' | 'held';
 
 export class DirectiveRunner {
   /** Directive ids carried out (or given up): never acted on again. */
@@ -73,6 +114,13 @@ export class DirectiveRunner {
   private readonly compacting = new Map<string, Directive>();
   /** Acks the service has not taken yet. */
   private unacked: { id: string; root_id: string; session_id: string }[] = [];
+  /** Blocks held: a whole tree's, by root; one session's, by session. */
+  private readonly treeBlocks = new Map<string, Block>();
+  private readonly sessionBlocks = new Map<string, Block>();
+  /** Per blocked root: sessions this plugin stopped, or saw retry a refused request, while blocked. */
+  private readonly stopped = new Map<string, Set<string>>();
+  /** When this plugin last aborted a session after a refused tool call. */
+  private readonly stoppedAt = new Lru<string, number>(500);
   private chain: Promise<void> = Promise.resolve();
   private readonly o: RunnerOptions;
   private readonly now: () => number;
@@ -111,6 +159,10 @@ export class DirectiveRunner {
     }
     this.log('debug', 'directive', { type: d.type, id: d.id, session: d.session_id, outcome });
     if (outcome === 'later') return;
+    if (outcome === 'held') {
+      this.done.set(d.id, true);
+      return;
+    }
     if (outcome === 'retry') {
       const n = (this.attempts.get(d.id) ?? 0) + 1;
       this.attempts.set(d.id, n);
@@ -136,6 +188,7 @@ export class DirectiveRunner {
         const waited = this.now() - (this.firstSeen.get(d.id) ?? this.now());
         if (this.o.modelSeen && !this.o.modelSeen() && waited < (this.o.abortDeferMs ?? 60_000)) return 'later';
         await this.o.actions.abort(d.session_id);
+        this.noteStopped(d.session_id);
         return 'done';
       }
       case 'compact': {
@@ -149,7 +202,11 @@ export class DirectiveRunner {
         // Not awaited: with auto the call returns only when the resumed loop ends. Done is
         // `session.compacted` (compacted()); a failure before that frees it for a retry.
         this.o.actions.summarize(d.session_id, model, d.auto_continue === true).then(
-          () => this.compacted(d.session_id),
+          // With auto the call returns when the resumed loop ends: at the next stage's
+          // abort, when that stage's compaction may already be waiting. Only its own.
+          () => {
+            if (this.compacting.get(d.session_id)?.id === d.id) this.compacted(d.session_id);
+          },
           (err) => {
             if (this.compacting.get(d.session_id)?.id !== d.id) return;
             this.compacting.delete(d.session_id);
@@ -164,8 +221,14 @@ export class DirectiveRunner {
         return 'later';
       }
       case 'lift':
-        // The refusal lives in the service; nothing to do here but confirm.
+        await this.lift(d);
         return 'done';
+      case 'block': {
+        const b = { directive: d, message: blockMessage(d) };
+        if (d.scope === 'tree') this.treeBlocks.set(d.session_id, b);
+        else this.sessionBlocks.set(d.session_id, b);
+        return 'held';
+      }
       case 'fresh': {
         // Session hygiene: the session is retired or stalled on restore. Show the brief;
         // with `open_session` (hygiene.auto_fresh) open the fresh session with it.
@@ -186,6 +249,93 @@ export class DirectiveRunner {
       }
     }
     return 'done';
+  }
+
+  private rootOf(sessionID: string): string {
+    return this.o.rootOf?.(sessionID) ?? sessionID;
+  }
+
+  /**
+   * The error a tool call of this session gets, when its tree or the session is blocked
+   * (tool.execute.before throws it). Synchronous: it runs before every tool call.
+   */
+  blockedCall(sessionID: string): string | undefined {
+    return (this.treeBlocks.get(this.rootOf(sessionID)) ?? this.sessionBlocks.get(sessionID))?.message;
+  }
+
+  /** Roots whose blocks are held: polled for their lift even while nothing else happens. */
+  blockedRoots(): string[] {
+    return [...new Set([...this.treeBlocks.keys(), ...[...this.sessionBlocks.keys()].map((s) => this.rootOf(s))])];
+  }
+
+  /**
+   * A tool call was refused: the session is aborted (once per STOP_MS), so it does not
+   * ask the model again and again only to be refused. Not awaited by the hook.
+   */
+  stopAfterRefusal(sessionID: string): void {
+    const at = this.stoppedAt.get(sessionID);
+    if (at !== undefined && this.now() - at < STOP_MS) return;
+    this.stoppedAt.set(sessionID, this.now());
+    this.noteStopped(sessionID);
+    setTimeout(() => {
+      this.o.actions
+        .abort(sessionID)
+        .then(() => this.log('debug', 'stopped after a refused tool call', { session: sessionID }))
+        .catch((err) => this.log('warn', 'abort after a refused tool call failed', { err: String(err).slice(0, 200) }));
+    }, 0);
+  }
+
+  /** opencode retries a model request of this session (a router refused it, or the provider failed). */
+  retrying(sessionID: string): void {
+    if (this.blockedCall(sessionID) !== undefined) this.noteStopped(sessionID);
+  }
+
+  /** Remembers a session stopped (or refused) while its tree is blocked: a Resume nudges its root. */
+  private noteStopped(sessionID: string): void {
+    const root = this.rootOf(sessionID);
+    if (!this.treeBlocks.has(root) && !this.sessionBlocks.has(sessionID)) return;
+    const set = this.stopped.get(root) ?? new Set<string>();
+    set.add(sessionID);
+    this.stopped.set(root, set);
+  }
+
+  /**
+   * A lift: the scope's blocks end (and are acknowledged). A tree's lift is a Resume: when
+   * this plugin stopped a session of the tree (or saw it retry a refused request) and
+   * the root is idle, the root gets a continuation turn; one still in retry comes back
+   * by itself (the stop's Retry-After is short), a busy one is going already.
+   */
+  private async lift(d: Directive): Promise<void> {
+    const held: Block[] = [];
+    if (d.scope === 'tree') {
+      const root = d.session_id;
+      const tree = this.treeBlocks.get(root);
+      if (tree) held.push(tree);
+      this.treeBlocks.delete(root);
+      for (const [s, b] of [...this.sessionBlocks]) {
+        if (this.rootOf(s) !== root) continue;
+        held.push(b);
+        this.sessionBlocks.delete(s);
+      }
+      const stopped = this.stopped.get(root);
+      this.stopped.delete(root);
+      if (stopped?.size) {
+        const st = await this.o.actions.status(root);
+        if (st === 'idle') {
+          await this.o.actions.prompt(root, nudgeText(d.reason));
+          this.log('debug', 'nudged after a resume', { session: root, stopped: stopped.size });
+        } else {
+          this.log('debug', 'not nudged after a resume', { session: root, status: st ?? 'unknown' });
+        }
+      }
+    } else {
+      const b = this.sessionBlocks.get(d.session_id);
+      if (b) held.push(b);
+      this.sessionBlocks.delete(d.session_id);
+      const root = this.rootOf(d.session_id);
+      if (!this.treeBlocks.has(root)) this.stopped.get(root)?.delete(d.session_id);
+    }
+    for (const b of held) await this.acknowledge(b.directive);
   }
 
   /** `experimental.session.compacting`: append the incident report to this session's compaction prompt. */

@@ -36,6 +36,24 @@ export function opencodeActions(client: Client): OpencodeActions {
     async abort(id) {
       check(await client.session.abort({ path: { id }, signal: AbortSignal.timeout(CALL_MS) }), 'abort');
     },
+    async status(id) {
+      const r = await client.session.status({ signal: AbortSignal.timeout(CALL_MS) });
+      const all = check(r, 'session.status') as Record<string, { type?: string }> | undefined;
+      if (!all) return undefined;
+      const t = all[id]?.type;
+      // An idle session is absent from the list.
+      return t === undefined || t === 'idle' ? 'idle' : t === 'retry' ? 'retry' : 'busy';
+    },
+    async prompt(id, text) {
+      check(
+        await client.session.promptAsync({
+          path: { id },
+          body: { parts: [{ type: 'text', text }] },
+          signal: AbortSignal.timeout(CALL_MS),
+        }),
+        'prompt_async',
+      );
+    },
     async waitIdle(id, maxMs) {
       const until = Date.now() + maxMs;
       while (Date.now() < until) {

@@ -9,7 +9,8 @@ import { PLUGIN_ID } from './version.ts';
 // The hook shell: opencode 1.18 loads this file from a plugin directory and calls every
 // exported function as a plugin `(ctx) => hooks`, so this module exports exactly one
 // (helpers stay unexported). Each hook is wrapped: a failure here must never fail or
-// slow the agent's session.
+// slow the agent's session. The one deliberate throw: tool.execute.before refuses a
+// blocked tree's tool call (a hard stop holds without a router; the model sees why).
 //
 // Env: VIGIL_URL (default http://127.0.0.1:7411), VIGIL_INGEST_TOKEN (the service's ingestion token), VIGIL_PLUGIN_LOG (a file for debug
 // lines; off by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll,
@@ -64,6 +65,17 @@ export const VigilPlugin: Plugin = async (ctx) => {
       }
     };
   const hooks: Hooks = {
+    // Not guarded: throwing is how a refused or stopped tree's tool call is refused (the
+    // model gets the error). Nothing else here throws.
+    'tool.execute.before': async (input: unknown) => {
+      let refused: string | undefined;
+      try {
+        refused = core.onToolBefore(input);
+      } catch (err) {
+        log?.('warn', 'hook failed', { hook: 'tool.execute.before', err: String(err).slice(0, 200) });
+      }
+      if (refused !== undefined) throw new Error(refused);
+    },
     event: guard('event', ({ event }: { event: unknown }) => core.onEvent(event)),
     'chat.message': guard('chat.message', (i: unknown, o: unknown) => core.onChatMessage(i, o)),
     'chat.params': guard('chat.params', (i: unknown) => core.onChatParams(i)),

@@ -45,6 +45,8 @@ export interface Meta {
   guarded: boolean;
   token_configured: boolean;
   watchdog_interval_ms: number;
+  /** detection.stale_after: a tree without sensor input this long shows as stale. */
+  stale_after_ms?: number;
 }
 
 export type Conn = 'connecting' | 'live' | 'reconnecting' | 'token needed';
