@@ -354,7 +354,9 @@ export class Engine {
   private async requestsIn(records: readonly RequestRecord[]): Promise<readonly Transition[]> {
     let all = NONE;
     for (const r of records) {
-      if (this.seenBefore(r.session_id, r.request_id)) continue;
+      // (a request record keeps ids of its own: a history reader derives both a request
+      // record and a model-step event from one assistant message, under its one id)
+      if (this.seenBefore(r.session_id, `request\n${r.request_id}`)) continue;
       this.metrics.requests.inc();
       const t0 = performance.now();
       let s = this.tree.enter({
@@ -369,7 +371,7 @@ export class Engine {
       let out = collect(this.on.request, (d) => d.onRequest!(r, si));
       if (isPromise(out)) out = await out;
       this.metrics.judged(t0);
-      this.remember(r.session_id, r.request_id);
+      this.remember(r.session_id, `request\n${r.request_id}`);
       if (this.events.listenerCount('request')) {
         this.emit('request', { session: r.session_id, model: r.model, prompt_tokens: r.prompt_tokens });
       }

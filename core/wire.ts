@@ -65,6 +65,12 @@ export const ToolEventSchema = z.strictObject({
   exit: ExitSchema.optional(),
   /** A concrete change landed: see opencode/convert.ts for the narrow definition. */
   landed: z.boolean(),
+  /**
+   * sha256 of the call's normalised outcome (exit plus output with volatile parts
+   * removed: opencode/normalize.ts `resultFingerprint`), never the output. Optional: a
+   * sensor without it (an older plugin) is judged on the call alone.
+   */
+  result_fingerprint: FingerprintSchema.optional(),
 });
 
 /**
@@ -130,6 +136,12 @@ export const AssistantEventSchema = z.strictObject({
   visible_output: z.boolean(),
   /** A compaction summary (opencode `summary: true`): not a step of the agent's work. */
   summary: z.boolean().optional(),
+  /**
+   * A step that made no tool call (and did not fail): sha256 of its visible text,
+   * normalised (opencode/normalize.ts `textFingerprint`), never the text. Absent for
+   * steps with tool calls and steps that said nothing.
+   */
+  text_fingerprint: FingerprintSchema.optional(),
 });
 
 /** opencode `session.status` `{type: "retry", attempt, next}`: the provider call is being retried. Never its message. */
@@ -254,6 +266,8 @@ export const VERDICT_RULES = [
   'ceiling',
   'landed_repeat',
   'identical_run',
+  'cycle',
+  'monologue',
 ] as const;
 export type VerdictRule = (typeof VERDICT_RULES)[number];
 
@@ -275,8 +289,18 @@ export const VerdictSignalsSchema = z.strictObject({
   session_repeat: z.number().int().min(0),
   /** Landed events in the current run of one write fingerprint (repeats are not progress). */
   landed_repeat: z.number().int().min(0).default(0),
-  /** Length of the current unbroken run of one call with one exit. */
+  /** Length of the current unbroken run of one call with one exit (and one result, when events carry it). */
   identical_run: z.number().int().min(0).default(0),
+  /** Whether that run compared results (its events carried result fingerprints). */
+  identical_results: z.boolean().default(false),
+  /** Repetitions of the current short cycle of calls (period 2 to 4), nothing landed; 0 without one. */
+  cycle_repeats: z.number().int().min(0).default(0),
+  /** Its period (2, 3 or 4; 0 without one). */
+  cycle_period: z.number().int().min(0).max(4).default(0),
+  /** Model steps in a row with the same text and no tool call, nothing landed. */
+  monologue_run: z.number().int().min(0).default(0),
+  /** An orchestrator whose tree keeps landing at the rhythm it has shown: its routine repeats do not count. */
+  tree_rhythm: z.boolean().default(false),
   /** Continuation turns since the last landed event. */
   continuation_turns: z.number().int().min(0),
   /** Read-only agents: share of first-seen calls among the last `novelty_window` calls (null otherwise). */

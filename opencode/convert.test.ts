@@ -15,7 +15,7 @@ import {
   sessionToInputs,
   toolPartToEvent,
 } from './convert.ts';
-import { normalizeCall } from './normalize.ts';
+import { normalizeCall, resultFingerprint, textFingerprint } from './normalize.ts';
 
 // Real shapes captured from opencode 1.18.33 with the lab's fake model
 // (test/fixtures/opencode-export/README.md says how).
@@ -166,6 +166,37 @@ describe('tool parts from GET /session/{id}/message', () => {
     );
   });
 
+  it('gives the same result fingerprint as the plugin path for the same call (one capture, both paths)', () => {
+    const fromParts = new Map(
+      sessionToInputs({ id: ROOT, directory: CWD }, rootMessages).inputs.flatMap((i) =>
+        i.type === 'progress' && i.event.kind === 'tool' ? [[i.event.call_id, i.event.result_fingerprint]] : [],
+      ),
+    );
+    const plugin = afterEvents();
+    expect(plugin.length).toBeGreaterThan(8);
+    for (const e of plugin) {
+      expect(e.result_fingerprint, e.call_id).toMatch(/^[0-9a-f]{64}$/);
+      if (fromParts.has(e.call_id)) expect(e.result_fingerprint, e.call_id).toBe(fromParts.get(e.call_id));
+    }
+    // the first three reads of an unchanged src/app.js returned the same thing; the failing check another
+    expect(new Set(plugin.slice(0, 3).map((e) => e.result_fingerprint)).size).toBe(1);
+    const check = plugin.find((e) => e.tool === 'bash');
+    expect(check?.result_fingerprint).not.toBe(plugin[0].result_fingerprint);
+  });
+
+  it('fingerprints a thrown tool by its error text, a call without output by nothing', () => {
+    const bad = {
+      type: 'tool',
+      tool: 'read',
+      callID: 'c1',
+      state: { status: 'error', input: { filePath: 'gone.txt' }, error: 'File not found: gone.txt' },
+    };
+    const r = toolPartToEvent(bad, { session_id: 's' }, newLandedTracker());
+    expect(r?.event).toMatchObject({ exit: 1, result_fingerprint: resultFingerprint(1, 'File not found: gone.txt') });
+    const bare = { type: 'tool', tool: 'read', callID: 'c2', state: { status: 'completed', input: { filePath: 'a' } } };
+    expect(toolPartToEvent(bare, { session_id: 's' }, newLandedTracker())?.event.result_fingerprint).toBeUndefined();
+  });
+
   it('names the field of an unknown shape', () => {
     const bad = { type: 'tool', tool: 'read', callID: 'c', state: { status: 'exploded' } };
     expect(() => toolPartToEvent(bad, { session_id: ROOT }, newLandedTracker())).toThrow(ShapeError);
@@ -262,6 +293,29 @@ describe('a whole session', () => {
     expect(kinds.filter((k) => k === 'continuation')).toHaveLength(1);
     expect(kinds.filter((k) => k === 'compaction_done')).toHaveLength(2);
     expect(kinds.indexOf('compaction_done')).toBeLessThan(kinds.indexOf('continuation'));
+  });
+
+  it('turns a step that only talked into a model step with its text fingerprint, never the text', () => {
+    const { inputs } = sessionToInputs({ id: ROOT, agent: 'build', directory: CWD }, rootMessages);
+    const steps = inputs.flatMap((i) => (i.type === 'progress' && i.event.kind === 'assistant' ? [i.event] : []));
+    const talked = rootMessages.filter(
+      (m) =>
+        m.info.role === 'assistant' &&
+        m.info.time?.completed !== undefined &&
+        m.info.summary !== true &&
+        !m.info.error &&
+        !m.parts.some((p) => p.type === 'tool') &&
+        m.parts.some((p) => p.type === 'text' && typeof (p as { text?: unknown }).text === 'string'),
+    );
+    expect(steps.length).toBe(talked.length);
+    expect(steps.length).toBeGreaterThan(0);
+    for (const e of steps) {
+      ProgressEventSchema.parse(e);
+      const m = talked.find((x) => x.info.id === e.call_id);
+      const text = m?.parts.flatMap((p) => (p.type === 'text' ? [(p as { text: string }).text] : [])).join('\n') ?? '';
+      expect(e.text_fingerprint).toBe(textFingerprint(text));
+      expect(JSON.stringify(e)).not.toContain(text.trim().slice(0, 20));
+    }
   });
 
   it('carries the parent and agent of a child session', () => {

@@ -1,12 +1,13 @@
 import type { AssistantEvent, MarkerEvent, ProgressEvent, RequestRecord, RetryEvent, ToolEvent } from '../core/wire.ts';
-import { type CallFingerprint, normalizeCall } from './normalize.ts';
+import { type CallFingerprint, normalizeCall, resultFingerprint, textFingerprint } from './normalize.ts';
 
 // Converters from opencode 1.18 shapes (verified against a real 1.18.33, see
 // docs/opencode.md and test/fixtures/opencode-export/) to
 // progress events and request records. Pure: no I/O, no clock (the caller passes
 // `ts` where opencode gives none). Nothing of the call's content survives: arguments
-// are reduced to a fingerprint and a coarse target, outputs to an exit code and a
-// landed flag.
+// are reduced to a fingerprint and a coarse target, outputs to an exit code, a landed
+// flag and a result fingerprint (opencode/normalize.ts `resultFingerprint`), an
+// assistant step's text to a text fingerprint.
 //
 // landed (deliberately narrow, docs/detection.md):
 // - edit / write / patch with a non-empty `metadata.diff`, or `metadata.filediff` with
@@ -35,6 +36,8 @@ export class ShapeError extends Error {
 export interface OcToolState {
   status: string;
   input?: unknown;
+  /** completed: what the tool returned to the model (hashed into result_fingerprint, never kept) */
+  output?: unknown;
   error?: unknown;
   metadata?: Record<string, unknown>;
   time?: { start?: number; end?: number };
@@ -182,10 +185,13 @@ function toolEvent(
   metadata: Record<string, unknown> | undefined,
   ts: number,
   tr: LandedTracker,
+  output: unknown,
 ): { event: ToolEvent; tracker: LandedTracker } {
   const facts = normalizeCall(tool, args, { cwd: ctx.cwd });
   const exit = exitOf(tool, status, metadata);
   const { landed, tracker } = judgeLanded(tr, { tool, status, exit, metadata, facts });
+  // what the model was shown: the output of a call that returned, the error of one that threw
+  const result = typeof output === 'string' ? resultFingerprint(exit, output) : undefined;
   const event: ToolEvent = {
     kind: 'tool',
     session_id: ctx.session_id,
@@ -197,6 +203,7 @@ function toolEvent(
     target: facts.target,
     exit,
     landed,
+    ...(result !== undefined ? { result_fingerprint: result } : {}),
     ts,
   };
   return { event, tracker };
@@ -240,7 +247,8 @@ export function toolPartToEvent(
   }
   const metadata = state.metadata && typeof state.metadata === 'object' ? state.metadata : undefined;
   const ts = num(state.time?.end) ?? num(state.time?.start) ?? fallbackTs;
-  return toolEvent(ctx, tool, callID, state.input ?? {}, status, metadata, ts, tr);
+  const output = status === 'completed' ? state.output : state.error;
+  return toolEvent(ctx, tool, callID, state.input ?? {}, status, metadata, ts, tr, output);
 }
 
 /**
@@ -259,9 +267,13 @@ export function afterHookToEvent(
   const tool = need<string>(i.tool, 'input.tool', 'string');
   const session_id = need<string>(i.sessionID, 'input.sessionID', 'string');
   const callID = need<string>(i.callID, 'input.callID', 'string');
-  const o = output === undefined || output === null ? {} : need<{ metadata?: unknown }>(output, 'output', 'object');
+  const o =
+    output === undefined || output === null
+      ? {}
+      : need<{ metadata?: unknown; output?: unknown }>(output, 'output', 'object');
   const md = o.metadata && typeof o.metadata === 'object' ? (o.metadata as Record<string, unknown>) : undefined;
-  return toolEvent({ ...ctx, session_id }, tool, callID, i.args ?? {}, 'completed', md, ctx.ts, tr);
+  // `output.output` is what the part stores as `state.output`: the same result fingerprint as a history reader's
+  return toolEvent({ ...ctx, session_id }, tool, callID, i.args ?? {}, 'completed', md, ctx.ts, tr, o.output);
 }
 
 /**
@@ -381,6 +393,32 @@ export function isContinuationMessage(msg: OcMessage, first = false): boolean {
   const s = joined.trim();
   if (s.length > 200) return false;
   return CONTINUE_TEXT.has(s.toLowerCase().replace(/[.!\s]+$/, '')) || INJECTED_TAG.test(s);
+}
+
+/**
+ * The visible text of a message's parts: its text parts, in order, without the synthetic
+ * ones (injected by opencode or a hook) and without reasoning. Only hashed, never kept.
+ */
+export function assistantText(parts: readonly unknown[]): string {
+  let s = '';
+  for (const p of parts) {
+    const t = p as OcTextPart | null;
+    if (t?.type !== 'text' || t.synthetic === true || typeof t.text !== 'string') continue;
+    s += s === '' ? t.text : `\n${t.text}`;
+  }
+  return s;
+}
+
+/**
+ * The text fingerprint of a finished assistant step that made no tool call, else
+ * undefined (a step still running, with an error, a compaction summary, or no text).
+ */
+export function textOnlyStep(info: OcMessageInfo, parts: readonly unknown[]): string | undefined {
+  if (info.role !== 'assistant' || info.summary === true || info.error || num(info.time?.completed) === undefined) {
+    return undefined;
+  }
+  for (const p of parts) if ((p as { type?: unknown } | null)?.type === 'tool') return undefined;
+  return textFingerprint(assistantText(parts));
 }
 
 /** A compaction summary finished: an assistant message with `summary: true` (agent `compaction`). */
@@ -509,6 +547,17 @@ export function messageToInputs(
       issues.push(issue(`message ${mi} part ${pi}`, e));
     }
   });
+  // A step that only talked (no tool call): its text fingerprint, for the monologue rule.
+  // Steps with tool calls are left out: their tool events already break a monologue.
+  const step = textOnlyStep(info, msg.parts);
+  if (step !== undefined) {
+    try {
+      const ev = assistantEvent(info, ctx, true, step);
+      if (ev) inputs.push({ type: 'progress', event: ev });
+    } catch (e) {
+      issues.push(issue(`message ${mi}`, e));
+    }
+  }
   if (isCompactionDone(info)) {
     inputs.push({
       type: 'progress',
@@ -546,12 +595,15 @@ export function codeOf(v: unknown): string | undefined {
  * `assistant` event: its token counts, `finish`, the error's name and provider status
  * code (never `error.data.message` or the response body), and whether it produced
  * visible output. `visible` is what the caller saw of its parts (text with content or a
- * tool call); a `tool-calls` finish is a tool call. Null while the message is running.
+ * tool call); a `tool-calls` finish is a tool call. `textFp`: the step's text
+ * fingerprint (normalize.ts `textFingerprint` of `assistantText`), if it said anything.
+ * Null while the message is running.
  */
 export function assistantEvent(
   info: unknown,
   ctx: Omit<SessionContext, 'cwd' | 'session_id'> & { session_id?: string; ts?: number },
   visible: boolean,
+  textFp?: string,
 ): AssistantEvent | null {
   const m = need<OcMessageInfo>(info, 'info', 'object');
   if (m.role !== 'assistant') return null;
@@ -585,6 +637,7 @@ export function assistantEvent(
     ...(errorCode ? { error_code: errorCode } : {}),
     visible_output: err === undefined && (visible || finish === 'tool-calls'),
     ...(m.summary === true ? { summary: true } : {}),
+    ...(textFp !== undefined && m.summary !== true ? { text_fingerprint: textFp } : {}),
     ts: completed ?? ctx.ts ?? num(m.time?.created) ?? 0,
   };
 }

@@ -1,6 +1,17 @@
 import { createHash } from 'node:crypto';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { describeCall, normalizeCall, normPath, sanitizeTarget, sha256Hex, stableJson } from './normalize.ts';
+import {
+  describeCall,
+  normalizeCall,
+  normalizeOutput,
+  normPath,
+  resultFingerprint,
+  sanitizeTarget,
+  sha256Hex,
+  stableJson,
+  textFingerprint,
+} from './normalize.ts';
 
 const CWD = '/home/op/cockpit';
 const bash = (command: string) => describeCall('bash', { command }, { cwd: CWD });
@@ -180,5 +191,82 @@ describe('helpers', () => {
     const long = sanitizeTarget(`src/${'x'.repeat(400)}.js`);
     expect(long.length).toBe(256);
     expect(long.endsWith('.js')).toBe(true);
+  });
+});
+
+describe('results and assistant text', () => {
+  it('removes what changes between two runs of one call: times, durations, pids, temp paths, ids, colours', () => {
+    expect(normalizeOutput('Started 2026-11-30T12:03:04.123Z, took 1.23s (pid 4242)')).toBe(
+      'Started <time>, took <dur> (<pid>)',
+    );
+    expect(normalizeOutput('\x1b[31mFAIL\x1b[0m tests/a.test.ts (120 ms)\nTime:        4.5 s  \n')).toBe(
+      'FAIL tests/a.test.ts (<dur>)\nTime:        <dur>',
+    );
+    expect(normalizeOutput('wrote /tmp/tmp.Ab12Cd/out.json, kept /home/op/tmp/keep.txt')).toBe(
+      'wrote <tmp>, kept /home/op/tmp/keep.txt',
+    );
+    expect(normalizeOutput('at 10:20:30 PM, epoch 1796040345092, elapsed 2m13s')).toBe(
+      'at <time>, epoch <epoch>, elapsed <dur>',
+    );
+    expect(normalizeOutput('req 123e4567-e89b-12d3-a456-426614174000 at 0x7ffd5e8c9a10')).toBe('req <uuid> at <addr>');
+    expect(normalizeOutput('line\r\nnext \r\n')).toBe('line\nnext');
+  });
+
+  it('keeps what a poll moves: counts, steps, line numbers, versions', () => {
+    for (const s of ['3 of 5 checks passed', 'step 12/40 compiled 96 modules', 'src/a.ts:10:3 error', 'v1.18.33']) {
+      expect(normalizeOutput(s)).toBe(s);
+    }
+    expect(resultFingerprint(0, '3 of 5 checks')).not.toBe(resultFingerprint(0, '4 of 5 checks'));
+  });
+
+  it('fingerprints the exit with the output: the same output with another exit is another result', () => {
+    expect(resultFingerprint(0, 'ok')).toMatch(/^[0-9a-f]{64}$/);
+    expect(resultFingerprint(0, 'ok')).not.toBe(resultFingerprint(1, 'ok'));
+    expect(resultFingerprint(null, 'ok')).not.toBe(resultFingerprint(0, 'ok'));
+    expect(resultFingerprint(1, 'FAIL (12 ms) at 10:00:01')).toBe(resultFingerprint(1, 'FAIL (980 ms) at 11:59:59'));
+  });
+
+  it('fingerprints assistant text whatever its wrapping; nothing for a blank step', () => {
+    expect(textFingerprint('All done.\n\nThe tests pass. ')).toBe(textFingerprint(' All done. The tests pass.'));
+    expect(textFingerprint('All done.')).not.toBe(textFingerprint('All done!'));
+    expect(textFingerprint(' \n\t')).toBeUndefined();
+  });
+
+  it('property: outputs that differ only in their volatile parts have one result fingerprint', () => {
+    const two = (d: number) => String(d).padStart(2, '0');
+    const kinds = [
+      fc.tuple(fc.nat(23), fc.nat(59), fc.nat(59)).map(([h, m, x]) => `${two(h)}:${two(m)}:${two(x)}`),
+      fc.tuple(fc.nat(23), fc.nat(59), fc.nat(999)).map(([h, m, x]) => `2026-11-30T${two(h)}:${two(m)}:00.${x}Z`),
+      fc.integer({ min: 1, max: 99_999 }).map((x) => `${x}ms`),
+      fc.double({ min: 0.01, max: 99, noNaN: true }).map((x) => `${x.toFixed(2)}s`),
+      fc.integer({ min: 2, max: 4_000_000 }).map((x) => `pid ${x}`),
+      fc.stringMatching(/^[A-Za-z0-9]{6,12}$/).map((x) => `/tmp/run.${x}/out.log`),
+      fc.uuid(),
+      fc.integer({ min: 0x100000, max: 0x7fffffff }).map((x) => `0x${x.toString(16)}`),
+    ];
+    const word = fc.constantFrom('FAIL', 'tests/a.test.ts', 'passed', '3', 'of', '5', 'checks', 'Done.', '(x)');
+    // each slot: a word in both outputs, or a volatile part of one kind with a value in each
+    const slot = fc.oneof(
+      word.map((w) => [w, w] as const),
+      ...kinds.map((g) => fc.tuple(g, g)),
+    );
+    fc.assert(
+      fc.property(fc.array(slot, { maxLength: 20 }), (slots) => {
+        const a = slots.map((x) => x[0]).join(' ');
+        const b = slots.map((x) => x[1]).join(' ');
+        return resultFingerprint(0, a) === resultFingerprint(0, b);
+      }),
+      { seed: 24, numRuns: 1_000 },
+    );
+  });
+
+  it('property: never throws, and what it leaves is one line per line of the output', () => {
+    fc.assert(
+      fc.property(
+        fc.string(),
+        (s) => normalizeOutput(s).split('\n').length <= s.replace(/\r\n?/g, '\n').split('\n').length,
+      ),
+      { seed: 25, numRuns: 2_000 },
+    );
   });
 });

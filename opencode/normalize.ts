@@ -648,3 +648,66 @@ function isTestCommand(s: Segment, prog: string): boolean {
   const script = prog === 'sh' || prog === 'bash' || prog === 'zsh' ? ws[s.prog + 1]?.text : ws[s.prog]?.text;
   return script?.endsWith('.sh') && /(^|\/)[\w.-]*(check|test|lint)[\w.-]*\.sh$/i.test(script);
 }
+
+// ---------------------------------------------------------------------------
+// results and assistant text
+
+// ONE normalisation of what a call returned and of what the model said, for any agent's
+// sensor: (exit, output text) -> a result fingerprint, (assistant text) -> a text
+// fingerprint. Only the sha256 leaves the sensor, never the text. What is removed is
+// what changes between two runs of the same call when nothing else did: timestamps and
+// clock times, epoch numbers, durations, pids, temp paths, UUIDs, memory addresses,
+// terminal colours and line-end whitespace. What stays is everything else, numbers
+// included: a poll whose counts move ("3 of 5 checks", a growing log) changes its
+// result, an identical observation does not.
+
+// One pass, the alternatives in priority order (a timestamp before a clock time before
+// a duration). Groups: 1 ANSI escape, 2 ISO timestamp or date, 3 clock time, 4 UUID,
+// 5 hex address, 6 temp path, 7 pid, 8 epoch seconds or ms, 9 duration.
+const VOLATILE = new RegExp(
+  [
+    '(\\x1b\\[[0-9;?]*[ -/]*[@-~])',
+    '(\\b\\d{4}-\\d{2}-\\d{2}(?:[T ]\\d{2}:\\d{2}(?::\\d{2}(?:[.,]\\d+)?)?(?:Z|[+-]\\d{2}:?\\d{2}|\\b))?(?!\\d))',
+    '(\\b\\d{1,2}:\\d{2}:\\d{2}(?:[.,]\\d+)?(?!\\d)(?:\\s?[AP]M)?)',
+    '(\\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\\b)',
+    '(\\b0x[0-9a-fA-F]{6,16}\\b)',
+    '((?<![\\w.~/-])(?:/private)?/(?:tmp|var/tmp|var/folders|dev/shm)/[^\\s\'"`<>|;,)\\]]*|[A-Za-z]:\\\\[^\\s]*\\\\Temp\\\\[^\\s\'"`<>|;,)\\]]*)',
+    '(\\b(?:pid|PID|Pid|process|Process)\\b[\\s:=#]*\\d+)',
+    '(\\b1[5-9]\\d{8}(?:\\d{3})?\\b)',
+    '(\\b\\d+(?:\\.\\d+)?(?:ns|us|\\u00b5s|ms|s|m|h)(?:\\d+(?:\\.\\d+)?(?:ms|s|m))*\\b|\\b\\d+(?:\\.\\d+)?\\s(?:msec|ms|s|secs?|seconds?|mins?|minutes?|hours?)\\b)',
+  ].join('|'),
+  'g',
+);
+const PLACEHOLDER = ['', '', '<time>', '<time>', '<uuid>', '<addr>', '<tmp>', '<pid>', '<epoch>', '<dur>'];
+
+function volatileReplacer(m: string, ...g: unknown[]): string {
+  for (let i = 0; i < 9; i++) if (g[i] !== undefined) return PLACEHOLDER[i + 1];
+  return m;
+}
+
+/** A call's output (or error text) with its volatile parts removed: the input of the result fingerprint. */
+export function normalizeOutput(text: string): string {
+  let s = text.indexOf('\r') >= 0 ? text.replace(/\r\n?/g, '\n') : text;
+  s = s.replace(VOLATILE, volatileReplacer);
+  // whitespace at line ends and at the end (padding that moves with the width of what was removed)
+  return s.replace(/[ \t]+$/gm, '').replace(/\s+$/, '');
+}
+
+/**
+ * sha256 of a call's normalised outcome: its exit (null: aborted or unknown) and its
+ * output with the volatile parts removed. Two runs of one call with the same
+ * fingerprint observed the same thing.
+ */
+export function resultFingerprint(exit: number | null | undefined, output: string): string {
+  return sha256Hex(`${exit ?? 'null'}\0${normalizeOutput(output)}`);
+}
+
+/**
+ * sha256 of an assistant message's visible text, normalised (volatile parts removed,
+ * whitespace collapsed); undefined when there is no text. The same answer given twice
+ * has the same fingerprint whatever its line wrapping.
+ */
+export function textFingerprint(text: string): string | undefined {
+  const s = normalizeOutput(text).replace(/\s+/g, ' ').trim();
+  return s === '' ? undefined : sha256Hex(`text\0${s}`);
+}

@@ -1,8 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ProgressEvent } from '../core/wire.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
+import { newLandedTracker, type OcMessageInfo, textOnlyStep, toolPartToEvent } from '../opencode/convert.ts';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
 import { cleanEnv, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
 
@@ -44,6 +47,46 @@ let ocUrl = '';
 let pluginVersion = '';
 let vigil: Proc | undefined;
 const procs: Proc[] = [];
+// Between the plugin and the service: forwards every request as is, and keeps the
+// progress events the plugin sent (to compare with what the converter makes of the
+// stored history).
+let proxy: Server | undefined;
+const sent: ProgressEvent[] = [];
+
+async function startProxy(): Promise<string> {
+  const port = await freePort();
+  proxy = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', async () => {
+      const body = Buffer.concat(chunks);
+      if (req.method === 'POST' && req.url === '/progress') {
+        try {
+          sent.push(...(JSON.parse(body.toString('utf8')) as ProgressEvent[]));
+        } catch {
+          // not ours to judge: the service answers it
+        }
+      }
+      try {
+        const headers = Object.fromEntries(
+          Object.entries(req.headers).filter(([k]) => k !== 'host' && k !== 'content-length' && k !== 'connection'),
+        ) as Record<string, string>;
+        const r = await fetch(`${vigilUrl}${req.url}`, {
+          method: req.method,
+          headers,
+          body: req.method === 'GET' || req.method === 'HEAD' ? undefined : body,
+        });
+        res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
+        res.end(Buffer.from(await r.arrayBuffer()));
+      } catch {
+        res.writeHead(502);
+        res.end();
+      }
+    });
+  });
+  await new Promise<void>((r) => proxy?.listen(port, '127.0.0.1', () => r()));
+  return `http://127.0.0.1:${port}`;
+}
 
 interface SessionRow {
   session: string;
@@ -155,7 +198,9 @@ beforeAll(async () => {
     'src/app.js': 'export function add(a, b) {\n  return a - b;\n}\n',
     'test.sh': "#!/bin/sh\ngrep -q 'a + b' src/app.js && echo PASS || { echo 'FAIL: add' >&2; exit 1; }\n",
     'docs/spec.md': '# Spec\n\nadd(a, b) returns the sum.\n',
+    'status.txt': 'build: not started\n',
   };
+  let proxyUrl = '';
   lab = await startOpencode({
     script: JSON.parse(readFileSync(join(FIX, 'script.json'), 'utf8')),
     files,
@@ -175,9 +220,10 @@ beforeAll(async () => {
       vigilPort = await freePort();
       vigilUrl = `http://127.0.0.1:${vigilPort}`;
       vigil = await startVigil('warn');
+      proxyUrl = await startProxy();
     },
     env: (dirs) => ({
-      VIGIL_URL: vigilUrl,
+      VIGIL_URL: proxyUrl,
       VIGIL_POLL_MS: '1000',
       VIGIL_PLUGIN_LOG: join(dirs.logs, 'plugin.jsonl'),
     }),
@@ -189,7 +235,18 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const p of procs.reverse()) await stopProc(p);
   await lab?.stop();
+  await new Promise((r) => (proxy ? proxy.close(r) : r(undefined)));
 }, 60_000);
+
+/** The tool calls of a session up to its first aborted step. */
+function callsBeforeAbort(ms: OcMessage[]): number {
+  let n = 0;
+  for (const m of ms) {
+    if (m.info.error?.name === 'MessageAbortedError') return n + toolCalls([m]).length;
+    n += toolCalls([m]).length;
+  }
+  return n;
+}
 
 describe.runIf(HAVE_OPENCODE)('the opencode plugin against opencode 1.18.33', () => {
   it('keeps a healthy session ok: edits with diffs, a test that passes after failing, a commit', async () => {
@@ -333,11 +390,12 @@ describe.runIf(HAVE_OPENCODE)('the opencode plugin against opencode 1.18.33', ()
     expect(rootMessages.some((m) => m.info.summary === true)).toBe(true);
     expect(rootMessages.some((m) => m.parts.some((p) => p.type === 'text' && p.synthetic))).toBe(true);
 
-    // Child: stopped before its 40 scripted reads, once the unbroken run of identical reads was a loop.
+    // Child: stopped before its 40 scripted reads, once the unbroken run of identical
+    // reads (the same result each time) was a loop.
     const childMessages = await ocGet<OcMessage[]>(`/session/${child}/message`);
     expect(childMessages.some((m) => m.info.error?.name === 'MessageAbortedError')).toBe(true);
     expect(toolCalls(childMessages).length).toBeLessThan(40);
-    expect(toolCalls(childMessages).length).toBeGreaterThanOrEqual(defaultKnobs().lookup_run_loop);
+    expect(toolCalls(childMessages).length).toBeGreaterThanOrEqual(defaultKnobs().result_lookup_run_loop);
 
     // The compaction request the model got carries the incident report at its end.
     const compaction = fakeRequests().find(
@@ -393,5 +451,115 @@ describe.runIf(HAVE_OPENCODE)('the opencode plugin against opencode 1.18.33', ()
       awaiting: !!after.tree.awaiting_compaction,
       stage: after.tree.stage,
     }).toEqual({ refusedChild: false, awaiting: false, stage: 1 });
+  }, 300_000);
+  it('sends result fingerprints and text fingerprints, as the converter computes them from the stored history', async () => {
+    // every session so far: the plugin's tool events against the stored parts, converted
+    const ids = [...new Set(sent.map((e) => e.session_id))];
+    expect(ids.length).toBeGreaterThanOrEqual(3);
+    let compared = 0;
+    let texts = 0;
+    for (const id of ids) {
+      const ms = await ocGet<{ info: OcMessageInfo; parts: Record<string, unknown>[] }[]>(`/session/${id}/message`);
+      const stored = new Map<string, string | undefined>();
+      const steps = new Map<string, string | undefined>();
+      for (const m of ms) {
+        steps.set(m.info.id, textOnlyStep(m.info, m.parts));
+        for (const p of m.parts) {
+          if (p.type !== 'tool') continue;
+          const r = toolPartToEvent(p, { session_id: id, cwd: lab?.project }, newLandedTracker());
+          if (r) stored.set(r.event.call_id, r.event.result_fingerprint);
+        }
+      }
+      for (const e of sent) {
+        if (e.session_id !== id) continue;
+        if (e.kind === 'tool' && stored.has(e.call_id)) {
+          expect(e.result_fingerprint, `${id} ${e.tool} ${e.call_id}`).toMatch(/^[0-9a-f]{64}$/);
+          expect(e.result_fingerprint).toBe(stored.get(e.call_id));
+          compared++;
+        }
+        if (e.kind === 'assistant' && steps.has(e.call_id)) {
+          expect(e.text_fingerprint, `${id} ${e.call_id}`).toBe(steps.get(e.call_id));
+          if (e.text_fingerprint) texts++;
+        }
+      }
+    }
+    expect(compared).toBeGreaterThanOrEqual(30);
+    // the scripted final answers ("Fixed add, ...", "I read the spec again and again.")
+    expect(texts).toBeGreaterThanOrEqual(2);
+    // nothing of the outputs or the text went out
+    const wire = JSON.stringify(sent);
+    expect(wire).not.toContain('returns the sum');
+    expect(wire).not.toContain('Fixed add');
+  });
+
+  it('auto_recover: stops a 30-read loop on an unchanged file within 6 calls', async () => {
+    const { id } = await (async () => {
+      const s = await http<{ id: string }>('POST', `${ocUrl}/session`, { title: 'read-loop' });
+      const pa = await http('POST', `${ocUrl}/session/${s.data.id}/prompt_async`, {
+        parts: [{ type: 'text', text: 'READ-LOOP: understand docs/spec.md' }],
+      });
+      expect(pa.status).toBe(204);
+      return s.data;
+    })();
+    const flagged = await until(
+      'the loop flagged looping',
+      async () => {
+        const x = await row(id);
+        return x && x.verdict !== 'ok' && x.stage >= 1 ? x : undefined;
+      },
+      { timeoutMs: 120_000, detail },
+    );
+    expect(flagged.top_target).toBe('read docs/spec.md');
+    const messages = await until(
+      'the session aborted, compacted and finished',
+      async () => {
+        const ms = await ocGet<OcMessage[]>(`/session/${id}/message`);
+        const last = ms.at(-1);
+        return last?.info.role === 'assistant' &&
+          last.info.time.completed &&
+          last.parts.some((p) => p.text?.startsWith('Recovered'))
+          ? ms
+          : undefined;
+      },
+      { timeoutMs: 120_000, detail },
+    );
+    expect(messages.some((m) => m.info.error?.name === 'MessageAbortedError')).toBe(true);
+    const n = callsBeforeAbort(messages);
+    expect(n, detail()).toBeGreaterThanOrEqual(defaultKnobs().result_lookup_run_loop);
+    expect(n, detail()).toBeLessThanOrEqual(6);
+    expect(toolCalls(messages).length).toBe(n);
+    // the incident report in the compaction prompt names the run and its unchanged result
+    const compaction = fakeRequests().find(
+      (q) =>
+        q.tools.length === 0 &&
+        q.body?.messages.some((m) => textOf(m.content).includes('<conversation>')) &&
+        q.body.messages.some((m) => textOf(m.content).includes(`session: ${id}`)),
+    );
+    expect(compaction, 'the compaction request reached the model').toBeDefined();
+    const prompt = compaction?.body?.messages.map((m) => textOf(m.content)).join('\n') ?? '';
+    expect(prompt).toMatch(/in a row: read docs\/spec\.md x\d+, the same result each time/);
+    console.log(`read loop: ${n} calls before the abort`);
+  }, 300_000);
+
+  it('auto_recover: lets a loop that polls a file which changes each time run to its end', async () => {
+    const { id, messages } = await runSession('poll-changing', 'POLL-CHANGING: wait for the build in status.txt');
+    const calls = toolCalls(messages);
+    expect(calls).toHaveLength(30);
+    expect(messages.some((m) => m.info.error)).toBe(false);
+    const r = await until(
+      '30 polls judged',
+      async () => {
+        const x = await row(id);
+        return x && x.calls === 30 ? x : undefined;
+      },
+      { detail },
+    );
+    expect(r.verdict).toBe('ok');
+    expect(r.stage).toBe(0);
+    // the same call every time, a new result every time
+    const polls = sent.filter((e) => e.session_id === id && e.kind === 'tool');
+    expect(polls).toHaveLength(30);
+    expect(new Set(polls.map((e) => (e.kind === 'tool' ? e.fingerprint : ''))).size).toBe(1);
+    expect(new Set(polls.map((e) => (e.kind === 'tool' ? e.result_fingerprint : ''))).size).toBe(30);
   }, 300_000);
 });

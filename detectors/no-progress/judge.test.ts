@@ -2,9 +2,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type ProgressEvent, type RequestRecord, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
+import { type ProgressEvent, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
 import { sha256Hex } from '../../opencode/normalize.ts';
 import { generateCalibration, rng } from '../../test/fixtures/calibration.ts';
+import { landing, replay as replayWith, request, tool, turn as turnWith } from './fixtures/inputs.ts';
 import {
   ancestorsOf,
   applyRollUps,
@@ -27,52 +28,8 @@ import {
 import { defaultKnobs, NoProgressKnobsSchema } from './knobs.ts';
 
 const k = defaultKnobs();
-let seq = 0;
-
-function tool(session: string, call: string, o: Partial<ToolEvent> = {}): ToolEvent {
-  seq++;
-  return {
-    kind: 'tool',
-    session_id: session,
-    tool: o.tool ?? 'read',
-    call_id: `call_${seq}`,
-    fingerprint: sha256Hex(call),
-    target: o.target ?? call,
-    exit: 0,
-    landed: false,
-    ts: seq,
-    ...o,
-  };
-}
-
-function request(session: string, o: Partial<RequestRecord> = {}): RequestRecord {
-  seq++;
-  return {
-    session_id: session,
-    request_id: `r${seq}`,
-    model: 'p/m',
-    prompt_tokens: 50_000,
-    cost_usd: 0.002,
-    ts: seq,
-    ...o,
-  };
-}
-
-/** One LLM turn: a request then its tool call. */
-function turn(s: SessionState, call: string, o: Partial<ToolEvent> = {}) {
-  onRequest(s, request('s'), k);
-  return onProgress(s, tool('s', call, o), k);
-}
-
-/** Worst verdict per session over a stream, and the progress-event index of the first flag. */
-function replay(inputs: readonly JudgeInput[], knobs = k) {
-  const t = new Tracker(knobs);
-  const worst = new Map<string, number>();
-  for (const i of inputs) {
-    for (const c of t.apply(i)) worst.set(c.session_id, Math.max(worst.get(c.session_id) ?? 0, LEVELS.indexOf(c.to)));
-  }
-  return { t, worst };
-}
+const turn = (s: SessionState, call: string, o: Partial<ToolEvent> = {}) => turnWith(s, call, o, k);
+const replay = (inputs: readonly JudgeInput[], knobs = k) => replayWith(inputs, knobs);
 
 describe('calibration cases (incident #8)', () => {
   const cal = generateCalibration();
@@ -180,13 +137,11 @@ describe('calibration cases with recoveries (the service rebases the judge at ea
     // each recovery came after a detection
     for (const w of worst.slice(0, -1)) expect(LEVELS[w]).toBe('looping');
     expect(LEVELS[worst[worst.length - 1]]).toBe(c.recovered === 'loop' ? 'looping' : 'ok');
-    // judged afresh: a resumed loop needs the turn precondition again, no more
+    // judged afresh: a resumed loop (a failing test and a read, round and round) is
+    // flagged again by its own evidence, the cycle, not at once
     if (c.recovered === 'loop') {
       expect(turnsToLoop).toHaveLength(worst.length);
-      for (const n of turnsToLoop.slice(1)) {
-        expect(n).toBeGreaterThanOrEqual(k.loop_turns);
-        expect(n).toBeLessThanOrEqual(k.loop_turns + 2);
-      }
+      for (const n of turnsToLoop.slice(1)) expect(n).toBe(2 * k.cycle_loop);
     }
   });
 });
@@ -443,7 +398,13 @@ describe('state encoding', () => {
     expect(v3[0]).toBe(3);
     const back = decodeState(v3);
     expect(verdictOf(back, k)).toEqual(verdictOf(s, k));
-    expect(encodeState(back)).toEqual(encodeState(s));
+    // what version 3 did not keep (cycles, the tree's rhythm) starts afresh: the rest is the same
+    const again = decodeState(encodeState(back));
+    expect(encodeState(again)).toEqual(encodeState(back));
+    const fresh = decodeState(encodeState(s));
+    for (const x of [again, fresh]) Object.assign(x, { per2: 0, per3: 0, per4: 0, ownGapMax: 0 });
+    expect(encodeState(again)).toEqual(encodeState(fresh));
+    expect(encodeState(back)[0]).toBe(5);
     expect(encodeState(s).length).toBeLessThan(v3.length * 0.85);
   });
 
@@ -573,9 +534,6 @@ describe('whole-session table (Space-Saving)', () => {
 });
 
 /** A tool event that lands (an edit with a diff). */
-const landing = (session: string, file: string, o: Partial<ToolEvent> = {}) =>
-  tool(session, `edit ${file}`, { tool: 'edit', target: file, landed: true, ...o });
-
 describe('repeat landings', () => {
   it('are not progress: the same write landing again does not reset the counters', () => {
     const s = newSessionState(k);
@@ -796,6 +754,18 @@ function orchestratorTree(seed: number, cycles: number, every: number): JudgeInp
   return out;
 }
 
+/** A parent `o` in a Tracker: own(n) makes n calls, a third of them routine (a status check, a plan read, a todo write in turn). */
+function routineParent(t: Tracker) {
+  const routine = ['git status', 'read plan.md', 'todowrite'];
+  let n = 0;
+  return (calls: number) => {
+    for (let i = 0; i < calls; i++, n++) {
+      t.applyRequest(request('o'));
+      t.applyProgress(tool('o', n % 3 === 0 ? routine[(n / 3) % 3] : `look ${n}`));
+    }
+  };
+}
+
 describe('orchestrators, judged by their trees', () => {
   it('stay ok while the children land, though routine repeats add up over the session', () => {
     const inputs = orchestratorTree(3, 24, 8);
@@ -809,10 +779,16 @@ describe('orchestrators, judged by their trees', () => {
     expect(replay(own).worst.get('orch')).toBeGreaterThan(0);
   });
 
-  it('lose the grace once the tree has not landed for tree_grace_turns turns', () => {
+  it('lose the grace once the tree has not landed for tree_grace_turns turns, whatever its rhythm', () => {
     const t = new Tracker(k);
+    // a long first stretch: its rhythm alone would allow twice as long
+    for (let i = 0; i < 200; i++) {
+      t.applyRequest(request('o'));
+      t.applyProgress(tool('o', `plan ${i}`));
+    }
     for (let i = 0; i < k.tree_min_landings; i++)
       t.applyProgress(landing('kid', `f${i}.js`, { parent_session_id: 'o' }));
+    expect((t.state('o') as SessionState).ownGapMax).toBe(200);
     const levels: number[] = [];
     for (let i = 0; i < k.tree_grace_turns + 10; i++) {
       t.applyRequest(request('o'));
@@ -823,15 +799,58 @@ describe('orchestrators, judged by their trees', () => {
     expect(t.verdict('o')?.rule).toBe('session_repeat');
   });
 
-  it('still count their window: an orchestrator spinning on its routine is flagged inside the grace', () => {
+  it('lose the grace once the parent stops spawning: past its rhythm, judged as any session', () => {
+    const t = new Tracker(k);
+    // 40 own calls, a child landing, 60 own calls, a child landing: its longest stretch is 60
+    const own = routineParent(t);
+    own(40);
+    t.applyProgress(landing('kid1', 'a.js', { parent_session_id: 'o' }));
+    own(60);
+    t.applyProgress(landing('kid2', 'b.js', { parent_session_id: 'o' }));
+    expect(t.state('o')).toMatchObject({ ownGapMax: 60 });
+    const levels: number[] = [];
+    for (let i = 0; i < 150; i++) {
+      own(1);
+      levels.push((t.state('o') as SessionState).level);
+    }
+    // a third of its calls repeat: in rhythm for 2 x 60 own calls, then the duplicates count
+    expect(levels.indexOf(1)).toBe(k.tree_rhythm_factor * 60 - 1);
+    expect(t.verdict('o')).toMatchObject({ rule: 'duplicates', signals: { tree_rhythm: false } });
+  });
+
+  it('lose the grace once a child stops landing: its turns past the rhythm', () => {
+    const t = new Tracker(k);
+    const own = routineParent(t);
+    own(50);
+    t.applyProgress(landing('kid1', 'a.js', { parent_session_id: 'o' }));
+    own(50);
+    t.applyProgress({ ...tool('kid2', 'task', { tool: 'task' }), session_id: 'o' });
+    // the child works and never lands: its requests roll up to the parent
+    let flaggedAt = -1;
+    for (let i = 0; i < 200 && flaggedAt < 0; i++) {
+      t.applyRequest(request('kid2', { parent_session_id: 'o' }));
+      t.applyProgress(tool('kid2', `kid look ${i}`, { parent_session_id: 'o' }));
+      if ((t.state('o') as SessionState).level > 0) flaggedAt = i + 1;
+    }
+    // in rhythm while its turns stay under max(tree_rhythm_min, factor x the longest stretch)
+    expect(flaggedAt).toBeGreaterThanOrEqual(k.tree_rhythm_min - 60);
+    expect(flaggedAt).toBeLessThanOrEqual(k.tree_rhythm_min);
+    expect(t.verdict('o')?.signals.tree_rhythm).toBe(false);
+  });
+
+  it('an orchestrator spinning on its routine is flagged once past its rhythm, inside the grace', () => {
     const t = new Tracker(k);
     for (let i = 0; i < 5; i++) t.applyProgress(landing('kid', `f${i}.js`, { parent_session_id: 'o' }));
-    for (let i = 0; i < 40; i++) {
+    let at = -1;
+    for (let i = 0; i < 150 && at < 0; i++) {
       t.applyRequest(request('o'));
       t.applyProgress(tool('o', i % 2 ? 'git status' : `read plan ${i % 6}`));
+      if ((t.state('o') as SessionState).level > 0) at = i + 1;
     }
+    // its stretches so far were empty: the rhythm allows tree_rhythm_min own calls
+    expect(at).toBe(k.tree_rhythm_min);
     expect(verdictOf(t.state('o') as SessionState, k).signals.turns_since_landed).toBeLessThan(k.tree_grace_turns);
-    expect(t.verdict('o')?.level).not.toBe('ok');
+    expect(t.verdict('o')?.level).toBe('looping');
   });
 
   it('property: a healthy orchestrator tree with steadily landing children never stalls the orchestrator', () => {
@@ -907,7 +926,7 @@ describe('state encoding, version 2', () => {
       level: 'ok',
       signals: { top_target: 'read a.ts', top_count: 5, session_repeat: 5, landed: 1, identical_run: 0 },
     });
-    expect(encodeState(s)[0]).toBe(4);
+    expect(encodeState(s)[0]).toBe(5);
     // and goes on judging
     onProgress(s, tool('v1', 'a.ts'), k);
     expect(verdictOf(s, k).signals.identical_run).toBe(1);
@@ -951,7 +970,7 @@ describe('a recovery (rebase)', () => {
     expect(s).toMatchObject({ recoveries: 2, recoveredAt: 5_000 });
   });
 
-  it('a loop that resumes is a new transition, after the turn precondition again (not at once)', () => {
+  it('a loop that resumes is a new transition, once its own evidence is back (not at once)', () => {
     const s = newSessionState(k);
     let i = 0;
     while (LEVELS[s.level] !== 'looping') loopTurn(s, i++);
@@ -964,6 +983,20 @@ describe('a recovery (rebase)', () => {
       if (s.level !== from) levels.push(LEVELS[s.level]);
     }
     expect(levels).toEqual(['stalling', 'looping']);
+    // a cycle of two calls: cycle_loop rounds
+    expect(n).toBe(2 * k.cycle_loop);
+    expect(verdictOf(s, k).rule).toBe('cycle');
+  });
+
+  it('a resumed loop that is no cycle needs the turn precondition again', () => {
+    const s = newSessionState(k);
+    const slow = (j: number) => turn(s, j % 3 === 0 ? 'read docs/spec.md' : `look ${j % 40}`, { target: 'x' });
+    let j = 0;
+    while (LEVELS[s.level] !== 'looping' && j < 500) slow(j++);
+    expect(LEVELS[s.level]).toBe('looping');
+    rebase(s, k, 1);
+    let n = 0;
+    while (LEVELS[s.level] !== 'looping' && n < 500) slow(j + n++);
     expect(n).toBeGreaterThanOrEqual(k.loop_turns);
     expect(n).toBeLessThanOrEqual(k.loop_turns + 2);
   });
@@ -1025,7 +1058,7 @@ describe('state encoding, version 3', () => {
     const s = decodeState(new Uint8Array(v2));
     expect(s).toMatchObject({ agent: 'build', parent: 'root', calls: 12, landed: 1, recoveries: 0, recoveredAt: 0 });
     expect(verdictOf(s, k).signals).toMatchObject({ top_target: 'bash sh check.sh', top_count: 6, fail_streak: 6 });
-    expect(encodeState(s)[0]).toBe(4);
+    expect(encodeState(s)[0]).toBe(5);
     rebase(s, k, 7);
     expect(decodeState(encodeState(s))).toMatchObject({ recoveries: 1, recoveredAt: 7 });
   });

@@ -12,7 +12,7 @@
 
 export { ancestorsOf } from '../../core/tree.ts';
 export { decodeState, encodeState } from './judge/codec.ts';
-export { topTargets } from './judge/reason.ts';
+export { cycleLabel, topTargets } from './judge/reason.ts';
 export { rebase } from './judge/recover.ts';
 export { verdictOf } from './judge/rules.ts';
 export {

@@ -61,11 +61,33 @@ export const NoProgressKnobsSchema = z
     /** The same for any other call (bash, MCP tools, edits): a poll with an unchanging command and exit looks identical. */
     run_warn: run(12),
     run_loop: run(20),
+    /**
+     * Runs whose events carry result fingerprints: one call with one RESULT, so a poll
+     * whose output changes breaks the run and these can be low. Lookups, then any other call.
+     */
+    result_lookup_run_warn: run(3),
+    result_lookup_run_loop: run(4),
+    result_run_warn: run(5),
+    result_run_loop: run(8),
+    /** A short cycle of calls (period 2 to 4: A B A B, A B C A B C) going round this many times, nothing landing. */
+    cycle_warn: run(4),
+    cycle_loop: run(6),
+    /** Model steps in a row with the same text and no tool call, nothing landing (sensors that send text fingerprints). */
+    monologue_warn: run(3),
+    monologue_loop: run(5),
 
     /** Descendant landings before a session is judged by its tree (an orchestrator). */
-    tree_min_landings: count(2),
+    tree_min_landings: count(1),
     /** An orchestrator's whole-session repeats do not flag it for this many turns after its tree last landed. */
     tree_grace_turns: count(240),
+    /**
+     * An orchestrator's routine repeats (duplicates, top and whole-session repeats) do not
+     * flag it while, since its tree last landed, neither its own calls nor its descendants'
+     * turns exceed this multiple of the longest such stretch its tree has shown ...
+     */
+    tree_rhythm_factor: z.number().min(1).max(100).default(2),
+    /** ... nor this many (the first stretch between children has not been shown yet). */
+    tree_rhythm_min: count(100),
 
     /** Plain ceiling for long healthy work without repeats: stalling only, never looping. */
     ceiling_turns: count(300),
@@ -99,6 +121,10 @@ export const NoProgressKnobsSchema = z
       ['landed_repeat_warn', 'landed_repeat_loop'],
       ['lookup_run_warn', 'lookup_run_loop'],
       ['run_warn', 'run_loop'],
+      ['result_lookup_run_warn', 'result_lookup_run_loop'],
+      ['result_run_warn', 'result_run_loop'],
+      ['cycle_warn', 'cycle_loop'],
+      ['monologue_warn', 'monologue_loop'],
     ];
     for (const [warn, loop] of pairs) {
       if ((k[loop] as number) < (k[warn] as number)) {

@@ -147,8 +147,16 @@ export class NoProgressDetector implements Detector {
   }
 
   onProgress(ev: ProgressEvent, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
-    // Kinds this judge does not know (another detector's signals) are not tool calls.
-    if (ev.kind !== 'tool' && ev.kind !== 'continuation' && ev.kind !== 'compaction_done') return NONE;
+    // Kinds this judge does not know (another detector's signals) are not tool calls; of
+    // the model steps only those that only talked (a text fingerprint) count, for the
+    // monologue rule, so the others cost no store round trip.
+    if (
+      ev.kind !== 'tool' &&
+      ev.kind !== 'continuation' &&
+      ev.kind !== 'compaction_done' &&
+      !(ev.kind === 'assistant' && ev.text_fingerprint !== undefined)
+    )
+      return NONE;
     const k = this.knobs();
     // (An inline function: run from source, a named one costs a defineProperty per event.)
     return this.step(

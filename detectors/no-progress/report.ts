@@ -1,4 +1,4 @@
-import { type SessionState, topTargets, verdictOf } from './judge.ts';
+import { cycleLabel, type SessionState, topTargets, verdictOf } from './judge.ts';
 import type { NoProgressKnobs } from './knobs.ts';
 
 // The incident report: deterministic text built from the judge's state (counts,
@@ -26,7 +26,9 @@ export type AvoidCause =
   | 'continuation'
   | 'ceiling'
   | 'repeat_landing'
-  | 'identical_run';
+  | 'identical_run'
+  | 'cycle'
+  | 'monologue';
 
 // The "Avoid:" line per dominant signal.
 const AVOID: Record<AvoidCause, string> = {
@@ -52,6 +54,12 @@ const AVOID: Record<AvoidCause, string> = {
   identical_run:
     'Avoid: repeating a call whose result does not change. Use what the last call\n' +
     'returned, or change the call; to wait for something, say what ends the wait.',
+  cycle:
+    'Avoid: going round the same few calls. Their results did not change and nothing\n' +
+    'landed; say what the cycle is waiting for, then change one step or stop.',
+  monologue:
+    'Avoid: answering with the same text again. Nothing ran and nothing landed since;\n' +
+    'if the work is done, stop; otherwise name the next change and make it.',
 };
 
 /**
@@ -64,6 +72,8 @@ export function dominantCause(s: SessionState, k: NoProgressKnobs): AvoidCause {
   const verdict = verdictOf(s, k);
   if (verdict.rule === 'landed_repeat') return 'repeat_landing';
   if (verdict.rule === 'identical_run') return 'identical_run';
+  if (verdict.rule === 'cycle') return 'cycle';
+  if (verdict.rule === 'monologue') return 'monologue';
   const v = verdict.signals;
   const topWarn = s.readOnly ? k.top_ro_warn : k.top_warn;
   const dup = Math.max(v.dup_share / k.dup_warn, v.top_count / topWarn, v.session_repeat / k.session_repeat_warn);
@@ -120,8 +130,19 @@ export function buildReport(subject: ReportSubject, s: SessionState, k: NoProgre
   }
   if (v.signals.identical_run >= 3) {
     lines.push(
-      `  in a row: ${clip(label2(s.runTool, s.runTarget))} x${v.signals.identical_run}, the same exit each time`,
+      `  in a row: ${clip(label2(s.runTool, s.runTarget))} x${v.signals.identical_run}, the same ${v.signals.identical_results ? 'result' : 'exit'} each time`,
     );
+  }
+  if (v.signals.cycle_repeats >= 2) {
+    lines.push(
+      `  in a cycle: ${clip(cycleLabel(s, v.signals.cycle_period))}, ${v.signals.cycle_repeats} times round, nothing landed`,
+    );
+  }
+  if (v.signals.monologue_run >= 2) {
+    lines.push(`  repeated text: the same assistant text x${v.signals.monologue_run}, no tool call between`);
+  }
+  if (v.signals.tree_rhythm) {
+    lines.push('  tree rhythm: its children land at the rate they have shown, so its routine repeats do not count');
   }
   const top = topTargets(s, 3);
   if (top.length) lines.push(`  most repeated: ${top.map((t) => `${clip(t.label)} x${t.count}`).join(', ')}`);

@@ -9,9 +9,15 @@ import { FP_SLOTS, FP_W, type LevelCode, RING_W, SessionState, TG_SLOTS, TG_W, U
 // fifth double, which versions 1 and 2 wrote as 0). Older states decode with none.
 // 4: counters (the scalars and the table words that are not hashes) as varints (LEB128):
 // most are small, so a full state is about a sixth smaller. Hashes stay 4 bytes.
-const VERSION = 4;
+// 5: the run's result flag (a bit of the v2 flags word), the cycle streaks, the
+// monologue run and its text, the orchestrator's rhythm (after the v3 word), and, when
+// the session saw result fingerprints (a bit of the flags), each fingerprint slot's
+// result tag (2 bytes after its failure streak). Older states decode with none of them.
+const VERSION = 5;
 const V2_U32 = 11;
 const V3_U32 = 1;
+/** v5 counters (varints) before the two text words */
+const V5_N = 8;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
@@ -45,10 +51,14 @@ export function encodeState(s: SessionState): Uint8Array {
   for (const pair of nameBytes) for (const b of pair) size += 2 + (b?.length ?? 0);
   // A varint takes at most one byte more than its 4: an upper bound, trimmed at the end.
   size += 22 + V2_U32 + V3_U32 + fpUsed.length * 3 + tgUsed.length * 3;
+  // v5: counters (5 bytes each at most), the text words, result tags
+  size += V5_N * 5 + 8 + (s.sawResult ? fpUsed.length * 2 : 0);
 
   const w = new Writer(size);
   w.u8(VERSION);
-  const flags = (s.sawRequest ? 1 : 0) | (s.readOnly ? 2 : 0) | (s.topDirty ? 4 : 0) | (names ? 8 : 0);
+  const tags = s.sawResult;
+  const flags =
+    (s.sawRequest ? 1 : 0) | (s.readOnly ? 2 : 0) | (s.topDirty ? 4 : 0) | (names ? 8 : 0) | (tags ? 16 : 0);
   for (const v of [
     s.cap,
     s.len,
@@ -82,10 +92,20 @@ export function encodeState(s: SessionState): Uint8Array {
     s.runExit,
     s.landHi,
     s.landLo,
-    (s.runNull ? 1 : 0) | (s.landedNow ? 2 : 0),
+    (s.runNull ? 1 : 0) | (s.landedNow ? 2 : 0) | (s.runRes ? 4 : 0),
     s.recoveries,
+    s.per2,
+    s.per3,
+    s.per4,
+    s.monoRun,
+    s.ownGapMax,
+    s.childGapMax,
+    s.callsAtLand,
+    s.reqAtLand,
   ])
     w.uv(v);
+  w.u32(s.monoHi);
+  w.u32(s.monoLo);
   for (const v of [s.usdSince, s.tokSince, s.usdTotal, s.lastTs, s.recoveredAt]) w.f64(v);
   w.u16(0);
   for (const b of strBytes) w.bytes(b);
@@ -102,7 +122,8 @@ export function encodeState(s: SessionState): Uint8Array {
     w.u32(s.buf[at]);
     w.u32(s.buf[at + 1]);
     w.uv(s.buf[at + 2]);
-    w.uv(s.buf[at + 3]);
+    w.uv(s.buf[at + 3] & U16);
+    if (tags) w.u16(s.buf[at + 3] >>> 16);
     w.uv(s.buf[at + 4]);
     w.u32(s.buf[at + 5]);
   }
@@ -148,8 +169,22 @@ export function decodeState(bytes: Uint8Array): SessionState {
     [s.runHi, s.runLo, s.runExit, s.landHi, s.landLo] = w.slice(5, 10);
     s.runNull = (w[10] & 1) !== 0;
     s.landedNow = (w[10] & 2) !== 0;
+    s.runRes = (w[10] & 4) !== 0;
   }
   if (version >= 3) s.recoveries = cnt();
+  const tags = version >= 5 && (flags & 16) !== 0;
+  s.sawResult = tags;
+  if (version >= 5) {
+    const w: number[] = [];
+    for (let i = 0; i < V5_N; i++) w.push(r.uv());
+    [s.per2, s.per3, s.per4, s.monoRun, s.ownGapMax, s.childGapMax, s.callsAtLand, s.reqAtLand] = w;
+    s.monoHi = r.u32();
+    s.monoLo = r.u32();
+  } else {
+    // where the latest landing left the session's own calls and requests, at most
+    s.callsAtLand = Math.max(0, s.calls - s.toolsSince);
+    s.reqAtLand = Math.max(0, s.requests - s.reqSince);
+  }
   s.usdSince = r.f64();
   s.tokSince = r.f64();
   s.usdTotal = r.f64();
@@ -175,7 +210,8 @@ export function decodeState(bytes: Uint8Array): SessionState {
     s.buf[at] = r.u32();
     s.buf[at + 1] = r.u32();
     s.buf[at + 2] = cnt();
-    s.buf[at + 3] = cnt();
+    const streak = cnt();
+    s.buf[at + 3] = tags ? ((r.u16() << 16) | streak) >>> 0 : streak;
     s.buf[at + 4] = cnt();
     s.buf[at + 5] = r.u32();
   }

@@ -1,6 +1,18 @@
 import type { VerdictRule, VerdictSignals } from '../../../core/wire.ts';
 import type { NoProgressKnobs } from '../knobs.ts';
-import { FP_SLOTS, FP_W, LEVEL_OK, LEVELS, type LevelCode, label, nameOf, type SessionState, U16 } from './state.ts';
+import {
+  FP_SLOTS,
+  FP_W,
+  HASH_MASK,
+  LEVEL_OK,
+  LEVELS,
+  type LevelCode,
+  label,
+  nameOf,
+  RING_W,
+  type SessionState,
+  U16,
+} from './state.ts';
 
 // One-line reasons and named targets for verdicts and reports (ASCII, no content).
 
@@ -44,7 +56,13 @@ export function reasonOf(
       what = `the same ${s.landTool ?? 'write'} landed ${g.landed_repeat} times: a repeat, not progress (${short(label(s.landTool, s.landTarget))})`;
       break;
     case 'identical_run':
-      what = `${short(label(s.runTool, s.runTarget))} x${g.identical_run} in a row, the same exit each time`;
+      what = `${short(label(s.runTool, s.runTarget))} x${g.identical_run} in a row, the same ${g.identical_results ? 'result' : 'exit'} each time`;
+      break;
+    case 'cycle':
+      what = `a cycle of ${g.cycle_period} calls (${short(cycleLabel(s, g.cycle_period))}) ${g.cycle_repeats} times round${s.sawResult ? ', the same results' : ''}`;
+      break;
+    case 'monologue':
+      what = `the same assistant text ${g.monologue_run} times in a row, no tool call`;
       break;
     case 'novelty':
       what = `${Math.round((g.novelty ?? 0) * Math.min(k.novelty_window, s.cap))} new calls in the last ${Math.min(k.novelty_window, s.cap)}`;
@@ -54,6 +72,17 @@ export function reasonOf(
   }
   const who = s.readOnly ? `read-only ${s.agent ?? 'agent'}, ${g.calls} calls` : since;
   return `${LEVELS[level]}: ${who}; ${what}`.replace(/[^\x20-\x7e]/g, '?').slice(0, 300);
+}
+
+/** The calls of the current cycle, oldest first, named by their targets (`read a.js, bash npm test`). */
+export function cycleLabel(s: SessionState, period: number): string {
+  const names: string[] = [];
+  for (let j = period; j >= 1; j--) {
+    const at = ((s.head - j + s.cap) % s.cap) * RING_W;
+    const name = nameOf(s, s.buf[at + 2] & HASH_MASK);
+    names.push(name === undefined ? '(unnamed target)' : label(name[0], name[1]));
+  }
+  return names.join(', ');
 }
 
 /**

@@ -17,6 +17,9 @@ import { resetSinceLanded } from './window.ts';
  * requests, compactions), the tree's landings, the context size, and the whole-session
  * table's slots and names.
  *
+ * Cycles and the monologue restart with the runs; an orchestrator's rhythm (the longest
+ * stretches its tree has shown) is kept.
+ *
  * Why the whole-session counts restart: after a recovery the agent re-reads what it
  * lost, often the very call it looped on. Kept counts would then re-flag a recovered
  * session as soon as its turn precondition returns (the calibration case "recovered,
@@ -43,7 +46,7 @@ export function rebase(s: SessionState, k: NoProgressKnobs, at: number): LevelCo
     const c = buf[i + 2] & U16;
     if (c === 0) continue;
     buf[i + 2] = ((c << 16) | c) >>> 0;
-    buf[i + 3] = 0;
+    buf[i + 3] &= 0xffff0000; // the streak ends, the result tag stays
   }
   for (let i = s.tgBase, end = i + TG_SLOTS * TG_W; i < end; i += TG_W) buf[i + 2] = 0;
   s.repUB = 0;
@@ -53,9 +56,17 @@ export function rebase(s: SessionState, k: NoProgressKnobs, at: number): LevelCo
   s.runNull = false;
   s.runTool = undefined;
   s.runTarget = undefined;
+  s.runRes = false;
   s.landRun = 0;
   s.landedNow = false;
+  s.per2 = 0;
+  s.per3 = 0;
+  s.per4 = 0;
+  s.monoRun = 0;
   resetSinceLanded(s);
+  // the stretch since the latest landing restarts too (the tree's rhythm is kept)
+  s.callsAtLand = s.calls;
+  s.reqAtLand = s.requests;
   s.recoveries++;
   if (at > s.recoveredAt) s.recoveredAt = at;
   s.level = evaluate(s, k);

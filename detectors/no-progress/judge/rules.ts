@@ -37,8 +37,13 @@ export const sig = {
   land: 0,
   /** current unbroken run of one identical call */
   run: 0,
-  /** an orchestrator whose tree landed recently: its whole-session repeats are routine */
-  tree: false,
+  /** an orchestrator whose tree keeps landing at the rhythm it has shown: its window and session repeats are routine */
+  rhythm: false,
+  /** repetitions of the current short cycle (0: none) and its period */
+  cycle: 0,
+  period: 0,
+  /** model steps in a row with one text and no tool call */
+  mono: 0,
   rule: -1,
 };
 /** The wire's rule names, in the order of the R_* codes below. */
@@ -52,34 +57,85 @@ export const R_NOVEL = 5;
 export const R_CEIL = 6;
 export const R_LAND = 7;
 export const R_RUN = 8;
+export const R_CYCLE = 9;
+export const R_MONO = 10;
+
+/** The identical-run threshold of the current run at one level: lookups or not, results compared or not. */
+function runThreshold(s: SessionState, k: NoProgressKnobs, loop: boolean): number {
+  const lookup = isLookup(s.runTool ?? '');
+  if (s.runRes) {
+    if (lookup) return loop ? k.result_lookup_run_loop : k.result_lookup_run_warn;
+    return loop ? k.result_run_loop : k.result_run_warn;
+  }
+  if (lookup) return loop ? k.lookup_run_loop : k.lookup_run_warn;
+  return loop ? k.run_loop : k.run_warn;
+}
 
 /**
  * The rules that need no stall precondition: the evidence is the run itself. A write
- * landing over and over, or one call repeated with nothing between, is not work
- * whatever the counters since the last landed change say.
+ * landing over and over, one call repeated with nothing between, a short cycle of calls
+ * going round and round, or the same text said again and again with no tool call, is
+ * not work whatever the counters since the last landed change say.
  */
 function runRule(s: SessionState, k: NoProgressKnobs, loop: boolean): number {
-  const lookup = isLookup(s.runTool ?? '');
-  if (sig.run >= (lookup ? (loop ? k.lookup_run_loop : k.lookup_run_warn) : loop ? k.run_loop : k.run_warn)) {
-    return R_RUN;
-  }
+  if (sig.run >= 2 && sig.run >= runThreshold(s, k, loop)) return R_RUN;
   if (sig.land >= (loop ? k.landed_repeat_loop : k.landed_repeat_warn)) return R_LAND;
+  if (sig.cycle >= (loop ? k.cycle_loop : k.cycle_warn)) return R_CYCLE;
+  if (sig.mono >= (loop ? k.monologue_loop : k.monologue_warn)) return R_MONO;
   return -1;
 }
 
-/** Scan the session tables: failure streak and repeat lower bound of calls still recurring. */
+/**
+ * The current short cycle into sig.cycle, sig.period: for each period p (2 to 4) whose
+ * streak covers at least two rounds, the rounds so far; the most rounds win (the
+ * shortest period on a tie). A span that is one call over and over is an identical run,
+ * not a cycle.
+ */
+function cycleSignal(s: SessionState): void {
+  let best = 0;
+  let period = 0;
+  for (let p = 2; p <= 4; p++) {
+    const streak = p === 2 ? s.per2 : p === 3 ? s.per3 : s.per4;
+    if (streak < p || s.runLen >= streak + p) continue;
+    const rounds = Math.floor(streak / p) + 1;
+    if (rounds > best) {
+      best = rounds;
+      period = p;
+    }
+  }
+  sig.cycle = best;
+  sig.period = period;
+}
+
 /**
  * The first repeat rule a writing agent's signals (in `sig`) reach at one level's
- * thresholds; the order is the rules' priority. `own`: its whole-session repeats count
- * (not an orchestrator whose tree keeps landing).
+ * thresholds; the order is the rules' priority. `rhythm`: an orchestrator whose tree
+ * keeps landing at the rhythm it has shown, whose routine repeats (the duplicate share,
+ * the window's top repeat, the whole-session repeats) do not count.
  */
-function repeatRule(own: boolean, dup: number, fail: number, top: number, rep: number, cont: number): number {
-  if (sig.dup >= dup) return R_DUP;
+function repeatRule(rhythm: boolean, dup: number, fail: number, top: number, rep: number, cont: number): number {
+  if (!rhythm && sig.dup >= dup) return R_DUP;
   if (sig.fail >= fail) return R_FAIL;
-  if (sig.top >= top) return R_TOP;
-  if (own && sig.rep >= rep) return R_REP;
+  if (!rhythm && sig.top >= top) return R_TOP;
+  if (!rhythm && sig.rep >= rep) return R_REP;
   if (sig.cont >= cont) return R_CONT;
   return -1;
+}
+
+/**
+ * An orchestrator (its tree has landed tree_min_landings times) in rhythm: since the
+ * latest landing (at most tree_grace_turns turns ago) neither its own calls nor its
+ * descendants' turns have gone past tree_rhythm_factor times the longest such stretch
+ * its tree has shown (at least tree_rhythm_min). A parent that stops spawning runs past
+ * the first, a child that stops landing past the second: from there it is judged as any
+ * session.
+ */
+function inRhythm(s: SessionState, k: NoProgressKnobs, turns: number): boolean {
+  if (turns >= k.tree_grace_turns) return false;
+  const own = s.calls - s.callsAtLand;
+  if (own >= Math.max(k.tree_rhythm_min, k.tree_rhythm_factor * s.ownGapMax)) return false;
+  const child = turns - (s.sawRequest ? s.requests - s.reqAtLand : own);
+  return child < Math.max(k.tree_rhythm_min, k.tree_rhythm_factor * s.childGapMax);
 }
 
 export function tableSignals(s: SessionState): void {
@@ -92,7 +148,7 @@ export function tableSignals(s: SessionState): void {
     if ((w & U16) === 0 || buf[i + 4] <= recent) continue;
     const lb = (w & U16) - (w >>> 16);
     if (lb > rep) rep = lb;
-    if (buf[i + 3] > fail) fail = buf[i + 3];
+    if ((buf[i + 3] & U16) > fail) fail = buf[i + 3] & U16;
   }
   if (s.readOnly) {
     // read-only agents: a failure streak on one target too (the same deleted file at other offsets)
@@ -136,17 +192,27 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
   sig.rule = -1;
   sig.run = s.runLen;
   sig.land = s.calls - s.landSeq <= s.cap ? s.landRun : 0;
-  // An orchestrator whose tree keeps landing: its session-long repeats are routine.
-  sig.tree = s.treeLandings >= k.tree_min_landings && turns < k.tree_grace_turns;
+  sig.mono = s.monoRun;
+  if (s.per2 >= 2 || s.per3 >= 3 || s.per4 >= 4) cycleSignal(s);
+  else {
+    sig.cycle = 0;
+    sig.period = 0;
+  }
+  // An orchestrator whose tree keeps landing: its repeats are routine.
+  sig.rhythm = s.treeLandings >= k.tree_min_landings && inRhythm(s, k, turns);
   const ceiling = turns >= k.ceiling_turns || usd >= k.ceiling_usd;
   const loopPre = turns >= k.loop_turns || usd >= k.loop_usd;
   const nw = Math.min(k.novelty_window, s.cap);
   sig.novel = s.readOnly && s.len >= nw ? s.novelRecent / nw : -1;
-  // the run's tool is classified only once the run is long enough for either threshold
+  // the run's tool is classified only once the run is long enough for any threshold
   const runs =
     sig.land >= k.landed_repeat_warn ||
-    ((sig.run >= k.lookup_run_warn || sig.run >= k.run_warn) &&
-      sig.run >= (isLookup(s.runTool ?? '') ? k.lookup_run_warn : k.run_warn));
+    sig.cycle >= k.cycle_warn ||
+    sig.mono >= k.monologue_warn ||
+    (sig.run >= 2 &&
+      sig.run >=
+        (s.runRes ? Math.min(k.result_lookup_run_warn, k.result_run_warn) : Math.min(k.lookup_run_warn, k.run_warn)) &&
+      sig.run >= runThreshold(s, k, false));
 
   if (!s.readOnly) {
     const stallPre = turns >= k.stall_turns || usd >= k.stall_usd;
@@ -155,11 +221,10 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
       return LEVEL_OK;
     }
     repeatSignals(s, k, full);
-    // the whole-session count is the one an orchestrator's routine inflates over hours
-    const own = !sig.tree;
+    const rhythm = sig.rhythm;
     let r = runs ? runRule(s, k, true) : -1;
     if (r < 0 && loopPre) {
-      r = repeatRule(own, k.dup_loop, k.fail_loop, k.top_loop, k.session_repeat_loop, k.continuation_loop);
+      r = repeatRule(rhythm, k.dup_loop, k.fail_loop, k.top_loop, k.session_repeat_loop, k.continuation_loop);
     }
     if (r >= 0) {
       sig.rule = r;
@@ -167,7 +232,7 @@ export function assess(s: SessionState, k: NoProgressKnobs, full: boolean): Leve
     }
     r = runs ? runRule(s, k, false) : -1;
     if (r < 0 && stallPre) {
-      r = repeatRule(own, k.dup_warn, k.fail_warn, k.top_warn, k.session_repeat_warn, k.continuation_warn);
+      r = repeatRule(rhythm, k.dup_warn, k.fail_warn, k.top_warn, k.session_repeat_warn, k.continuation_warn);
     }
     if (r >= 0) {
       sig.rule = r;
@@ -243,6 +308,11 @@ export function verdictOf(s: SessionState, k: NoProgressKnobs): Verdict {
     session_repeat: sig.rep,
     landed_repeat: sig.land,
     identical_run: sig.run,
+    identical_results: s.runRes && sig.run > 0,
+    cycle_repeats: sig.cycle,
+    cycle_period: sig.period,
+    monologue_run: sig.mono,
+    tree_rhythm: sig.rhythm,
     continuation_turns: sig.cont,
     novelty: sig.novel >= 0 ? round(sig.novel, 4) : null,
     read_only: s.readOnly,

@@ -8,18 +8,23 @@ import type { NoProgressKnobs } from '../knobs.ts';
 //
 // Performance (bench/judge.ts): events arrive pre-fingerprinted, so an update costs a
 // few scans over small typed arrays and no allocation. Per session state:
-// - ring: the last `window` tool calls, 3 x uint32 each: fingerprint (its first 64
-//   bits as hi, lo), target hash (28 bits) | flags (failed, novel, dup, old) << 28;
+// - ring: the last `window` tool calls, 3 x uint32 each: the call's key (its
+//   fingerprint's first 64 bits as hi, lo; lo mixed with the result fingerprint's first
+//   word when the event carries one, so the window's repeats are of a call with its
+//   result), target hash (28 bits) | flags (failed, novel, dup, old) << 28;
 // - fingerprint table: 64 Space-Saving slots over the whole session (16 sets of 4 ways,
-//   so a lookup scans 4 slots), 6 x uint32 each: hi, lo, count | overestimate << 16,
-//   failure streak, last call seq, target hash. The lower bound count - overestimate
+//   so a lookup scans 4 slots), keyed on the call alone, 6 x uint32 each: hi, lo, count |
+//   overestimate << 16, failure streak | result tag << 16, last call seq, target hash. A
+//   repeat counts when its result tag is the one the call had the time before (always,
+//   without result fingerprints: the tag is 0). The lower bound count - overestimate
 //   drives the whole-session repeat rule, so the sketch cannot cause a false positive;
 // - target table: 16 Space-Saving slots (4 sets of 4 ways), 4 x uint32 each: target
 //   hash, count | overestimate << 16, failure streak, last call seq. The `tool target`
 //   names are kept (references to an event's strings, no copy) for targets seen twice.
-// One Uint32Array holds all three: 628 words (2512 bytes) at window 60, plus 7 words
+// One Uint32Array holds all three: 628 words (2512 bytes) at window 60, plus 9 words
 // (the window's top call, the current run of identical calls with its exit, the latest
-// landed call), and a Float64Array view of 6 doubles on the same buffer.
+// landed call, the monologue's text), and a Float64Array view of 6 doubles on the same
+// buffer.
 //
 // "Repeats" are exact repeats of a normalised call (one fingerprint): the window's top
 // repeat and the whole-session repeat. Targets are coarse (`git log` covers every file's
@@ -43,20 +48,27 @@ import type { NoProgressKnobs } from '../knobs.ts';
 // edit streak for that reason. Shell landings (a commit, a test passing after failing)
 // are never repeats: git refuses an empty commit and a test fix needs a failure first.
 //
-// An unbroken run of one call with one exit (runLen) is the identical_run rule. The
-// event carries no output, so a poll whose command and exit stay the same while its
-// output changes looks identical too: lookups (read, grep, glob, list, todoread: their
-// result only changes when the files do) get the low lookup_run_* thresholds, every
-// other call (bash, MCP tools, edits) the higher run_* ones. A poll whose numbers or
-// exit change breaks the run.
+// An unbroken run of one call with one exit (runLen), and one result when the events
+// carry result fingerprints (runRes), is the identical_run rule. With results, a poll
+// whose output moves breaks the run, so the result_* thresholds are low. Without, a poll
+// whose command and exit stay the same while its output changes looks identical too:
+// lookups (read, grep, glob, list, todoread: their result only changes when the files
+// do) get the lookup_run_* thresholds, every other call (bash, MCP tools, edits) the
+// higher run_* ones, and a poll whose numbers or exit change breaks the run.
 //
-// A session whose descendants have landed tree_min_landings times is an orchestrator:
-// for tree_grace_turns turns after each landing in its tree, its whole-session repeat
-// count does not flag it. Over hours its routine (status checks, plan reads, todo
-// writes, a log check after each child) adds up to dozens of one call, while its window
-// looks like work. The window rules (duplicate share, top repeat), failure streaks,
-// identical runs, continuation turns and the ceiling still count: an orchestrator that
-// spins on that routine fills its window with it.
+// A short cycle of calls (period 2 to 4) is three streaks (per2..per4): how many calls in
+// a row equalled the call 2, 3, 4 before, ended by any landing. A monologue (monoRun) is
+// the model steps in a row with one text fingerprint and no tool call.
+//
+// A session whose descendants have landed tree_min_landings times is an orchestrator,
+// judged by its children's rate: while, since its tree last landed, its own calls and
+// its descendants' turns stay within tree_rhythm_factor times the longest such stretch
+// the tree has shown (at least tree_rhythm_min, at most tree_grace_turns turns), its
+// routine repeats (duplicate share, top repeat, whole-session repeats) do not flag it.
+// Over hours its routine (status checks, plan reads, todo writes, a log check after each
+// child) is a quarter to a third of its calls. Failure streaks, identical runs, cycles,
+// monologues, continuation turns and the ceiling still count; a parent that stops
+// spawning, or a child that stops landing, leaves the rhythm and is judged as any session.
 //
 // compaction_done resets the window signals without erasing evidence: the calls made
 // before it are marked OLD. After a compaction the agent legitimately re-reads what it
@@ -94,8 +106,8 @@ export const FLAG_DUP = 4;
 export const FLAG_OLD = 8;
 export const HASH_MASK = 0x0fffffff;
 export const NUM_N = 6;
-/** Words after the tables: top call (hi, lo), run call (hi, lo, exit), last landed call (hi, lo). */
-export const EXTRA_W = 7;
+/** Words after the tables: top call (hi, lo), run call (hi, lo, exit), last landed call (hi, lo), monologue text (hi, lo). */
+export const EXTRA_W = 9;
 export const U16 = 0xffff;
 
 /** A child's contribution to its ancestors: requests and spend count, a landed change resets. */
@@ -150,6 +162,28 @@ export class SessionState {
   runLen = 0;
   /** The run's call ended with a null exit (aborted), kept apart from any exit code. */
   runNull = false;
+  /** The run's calls carried result fingerprints: it is a run of one call with one result. */
+  runRes = false;
+  /**
+   * Cycles: for period p = 2, 3, 4, how many calls in a row equalled the call p before
+   * (same key, same failure flag), since the latest landing or compaction.
+   */
+  per2 = 0;
+  per3 = 0;
+  per4 = 0;
+  /** Model steps in a row with one text and no tool call between, nothing landed (text: monoHi, monoLo). */
+  monoRun = 0;
+  /** Whether any event carried a result fingerprint (the session table then holds result tags). */
+  sawResult = false;
+  /**
+   * An orchestrator's rhythm: the longest stretches between two effective landings of its
+   * tree (the stretch before the first included), in its own tool calls and in its
+   * descendants' turns; and its own calls and turns at the latest landing.
+   */
+  ownGapMax = 0;
+  childGapMax = 0;
+  callsAtLand = 0;
+  reqAtLand = 0;
   /** Effective landed events rolled up from descendants. */
   treeLandings = 0;
   requests = 0;
@@ -233,6 +267,19 @@ export class SessionState {
   }
   set runExit(v: number) {
     this.buf[this.topAt + 4] = v;
+  }
+  /** Text fingerprint (first 64 bits) of the current monologue. */
+  get monoHi(): number {
+    return this.buf[this.topAt + 7];
+  }
+  set monoHi(v: number) {
+    this.buf[this.topAt + 7] = v;
+  }
+  get monoLo(): number {
+    return this.buf[this.topAt + 8];
+  }
+  set monoLo(v: number) {
+    this.buf[this.topAt + 8] = v;
   }
   /** Fingerprint of the latest landed call. */
   get landHi(): number {

@@ -2,7 +2,7 @@ import type { ProgressEvent, RequestRecord, Verdict } from '../../../core/wire.t
 import type { NoProgressKnobs } from '../knobs.ts';
 import { evaluate, verdictOf } from './rules.ts';
 import type { JudgeInput, LevelCode, RollUp, SessionState } from './state.ts';
-import { compactWindow, pushTool, resetSinceLanded, setAgent } from './window.ts';
+import { compactWindow, noteLanding, pushText, pushTool, resetSinceLanded, setAgent } from './window.ts';
 
 // Applying one input to a session state: progress events, request records, roll-ups.
 
@@ -35,6 +35,9 @@ export function onProgress(s: SessionState, ev: ProgressEvent, k: NoProgressKnob
     } else if (ev.kind === 'compaction_done') {
       s.compactions++;
       compactWindow(s);
+    } else if (ev.kind === 'assistant' && ev.text_fingerprint !== undefined) {
+      // a model step that only talked (sensors send the text fingerprint of such steps only)
+      pushText(s, ev.text_fingerprint);
     }
     // other kinds belong to other detectors: nothing to apply
   }
@@ -68,6 +71,7 @@ export function onRollup(s: SessionState, r: RollUp, k: NoProgressKnobs): LevelC
   s.tokSince += r.tokens;
   if (r.landed) {
     s.treeLandings++;
+    noteLanding(s);
     resetSinceLanded(s);
   }
   s.level = evaluate(s, k);

@@ -41,6 +41,38 @@ export function resetSinceLanded(s: SessionState): void {
 }
 
 /**
+ * An effective landing of the session or of a descendant (before resetSinceLanded): the
+ * stretch since the previous one is the tree's rhythm (its longest stretch so far, in
+ * own calls and in descendants' turns), and cycles and monologues end.
+ */
+export function noteLanding(s: SessionState): void {
+  const own = s.calls - s.callsAtLand;
+  const ownTurns = s.sawRequest ? s.requests - s.reqAtLand : own;
+  const child = (s.sawRequest ? s.reqSince : s.toolsSince) - ownTurns;
+  if (own > s.ownGapMax) s.ownGapMax = own;
+  if (child > s.childGapMax) s.childGapMax = child;
+  s.callsAtLand = s.calls;
+  s.reqAtLand = s.requests;
+  s.per2 = 0;
+  s.per3 = 0;
+  s.per4 = 0;
+  s.monoRun = 0;
+}
+
+/** A model step that only talked (its text fingerprint): the monologue run goes on or restarts. */
+export function pushText(s: SessionState, textFp: string): void {
+  const hi = hex8(textFp, 0);
+  const lo = hex8(textFp, 8);
+  if (s.monoRun > 0 && hi === s.monoHi && lo === s.monoLo) {
+    if (s.monoRun < 0xffff) s.monoRun++;
+  } else {
+    s.monoRun = 1;
+    s.monoHi = hi;
+    s.monoLo = lo;
+  }
+}
+
+/**
  * After a compaction: the calls in the window become OLD. They keep their own duplicate
  * flags until they age out, but a new call never counts as a duplicate of an OLD one
  * (the agent lost them with its context), and the top repeat restarts.
@@ -54,8 +86,13 @@ export function compactWindow(s: SessionState): void {
   s.topDirty = false;
   s.topTool = undefined;
   s.topTarget = undefined;
-  // the agent lost its context: re-doing the call once is legitimate, so the run restarts
+  // the agent lost its context: re-doing the call once is legitimate, so the run, the
+  // cycles and the monologue restart
   s.runLen = 0;
+  s.per2 = 0;
+  s.per3 = 0;
+  s.per4 = 0;
+  s.monoRun = 0;
 }
 
 /**
@@ -105,9 +142,19 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   const fp = ev.fingerprint;
   const hi = hex8(fp, 0);
   const lo = hex8(fp, 8);
+  // With a result fingerprint, the window, the runs and the cycles key on the call AND
+  // its result (the call's low word mixed with the result's first word): the same call
+  // with a changed result is not a repeat. The session table keys on the call (failure
+  // streaks, names) and keeps a 16-bit tag of its latest result; landings key on the call.
+  const res = ev.result_fingerprint;
+  const rw = res === undefined ? 0 : hex8(res, 0);
+  const klo = (lo ^ rw) >>> 0;
+  const tag = res === undefined ? 0 : rw >>> 16;
+  if (res !== undefined) s.sawResult = true;
   const th = targetHash(ev.tool, ev.target);
   const failed = ev.exit !== undefined && ev.exit !== null && ev.exit !== 0;
   const seq = ++s.calls;
+  if (s.monoRun !== 0) s.monoRun = 0;
 
   // The call leaving the window (when full), then one pass over the ring for copies of
   // the new call made since the latest compaction.
@@ -122,7 +169,7 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   }
   let sameFp = 0;
   for (let i = 0, n = s.len * RING_W; i < n; i += RING_W) {
-    if (buf[i] === hi && buf[i + 1] === lo && buf[i + 2] >>> 31 === 0) sameFp++;
+    if (buf[i] === hi && buf[i + 1] === klo && buf[i + 2] >>> 31 === 0) sameFp++;
   }
   if (sameFp > 0) s.dups++;
 
@@ -153,19 +200,23 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   if (slot >= 0) {
     const w = buf[slot + 2];
     const c = w & U16;
-    buf[slot + 2] = (w & 0xffff0000) | (c < U16 ? c + 1 : c);
-    buf[slot + 3] = failed ? buf[slot + 3] + 1 : 0;
+    const w3 = buf[slot + 3];
+    // a repeat of the call counts when its result is unchanged since its latest run
+    // (without result fingerprints every tag is 0: every repeat counts)
+    if (w3 >>> 16 === tag) buf[slot + 2] = (w & 0xffff0000) | (c < U16 ? c + 1 : c);
+    const streak = failed ? Math.min((w3 & U16) + 1, U16) : 0;
+    buf[slot + 3] = ((tag << 16) | streak) >>> 0;
     buf[slot + 4] = seq;
     buf[slot + 5] = th;
     const lb = (buf[slot + 2] & U16) - (w >>> 16);
     if (lb > s.repUB) s.repUB = lb;
-    if (buf[slot + 3] > s.failUB) s.failUB = buf[slot + 3];
+    if (streak > s.failUB) s.failUB = streak;
   } else {
     novel = sameFp === 0;
     buf[minAt] = hi;
     buf[minAt + 1] = lo;
     buf[minAt + 2] = (((minCount < U16 ? minCount : U16 - 1) << 16) | Math.min(minCount + 1, U16)) >>> 0;
-    buf[minAt + 3] = failed ? 1 : 0;
+    buf[minAt + 3] = ((tag << 16) | (failed ? 1 : 0)) >>> 0;
     buf[minAt + 4] = seq;
     buf[minAt + 5] = th;
     if (s.repUB < 1) s.repUB = 1;
@@ -229,9 +280,18 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   }
   if (novel) s.novelRecent++;
 
+  // Cycles: the new call against the ones 2, 3 and 4 calls back; a call with no copy in
+  // the window (most calls) ends every streak without a look.
+  if (sameFp > 0 && s.len >= 2) pushCycles(s, hi, klo, failed ? FLAG_FAIL : 0);
+  else if ((s.per2 | s.per3 | s.per4) !== 0) {
+    s.per2 = 0;
+    s.per3 = 0;
+    s.per4 = 0;
+  }
+
   // Write the call into the ring.
   buf[ev0] = hi;
-  buf[ev0 + 1] = lo;
+  buf[ev0 + 1] = klo;
   buf[ev0 + 2] =
     (th | (((failed ? FLAG_FAIL : 0) | (novel ? FLAG_NOVEL : 0) | (sameFp > 0 ? FLAG_DUP : 0)) << 28)) >>> 0;
   s.head = s.head + 1 === cap ? 0 : s.head + 1;
@@ -241,13 +301,13 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   // lazily). A count that reaches the old top is the top again, exactly.
   const c = sameFp + 1;
   if (c >= s.winTop) {
-    if (hi !== s.winTopHi || lo !== s.winTopLo || s.topTool === undefined) {
+    if (hi !== s.winTopHi || klo !== s.winTopLo || s.topTool === undefined) {
       s.topTool = ev.tool;
       s.topTarget = ev.target;
     }
     s.winTop = c;
     s.winTopHi = hi;
-    s.winTopLo = lo;
+    s.winTopLo = klo;
     s.topDirty = false;
   }
 
@@ -256,11 +316,11 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
     s.failTarget = ev.target;
   }
 
-  // Unbroken run of one call with one exit ("identical results" as far as an event
-  // shows: it carries no output).
+  // Unbroken run of one call with one exit, and one result when the event carries it
+  // (without, "identical" is as far as the call and its exit show).
   const nullExit = ev.exit === null;
   const exit = (ev.exit ?? 0) >>> 0;
-  if (s.runLen > 0 && hi === s.runHi && lo === s.runLo && exit === s.runExit && nullExit === s.runNull) {
+  if (s.runLen > 0 && hi === s.runHi && klo === s.runLo && exit === s.runExit && nullExit === s.runNull) {
     // named once it is a run (most calls start one; the run knobs are at least 2)
     if (++s.runLen === 2) {
       s.runTool = ev.tool;
@@ -269,14 +329,20 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   } else {
     s.runLen = 1;
     s.runHi = hi;
-    s.runLo = lo;
+    s.runLo = klo;
     s.runExit = exit;
     s.runNull = nullExit;
+    s.runRes = res !== undefined;
   }
 
   s.toolsSince++;
   let effective = false;
   if (ev.landed) {
+    // a cycle is of calls that change nothing: one that lands (a repeat landing too,
+    // which the landed_repeat rule judges) ends it
+    s.per2 = 0;
+    s.per3 = 0;
+    s.per4 = 0;
     // the previous landed call again, within the window: a repeat, not progress
     if (s.landRun > 0 && hi === s.landHi && lo === s.landLo && seq - s.landSeq <= cap && !isShell(ev.tool)) {
       s.landRun++;
@@ -288,12 +354,38 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
       s.landTool = ev.tool;
       s.landTarget = ev.target;
       s.landed++;
+      noteLanding(s);
       resetSinceLanded(s);
       effective = true;
     }
     s.landSeq = seq;
   }
   s.landedNow = effective;
+}
+
+/**
+ * The cycle streaks: whether the new call (key hi, klo; failure bit) equals the call 2,
+ * 3 and 4 calls back (same key, same failure flag, both since the latest compaction).
+ * Called before the new call is written into the ring (s.head is its slot).
+ */
+function pushCycles(s: SessionState, hi: number, klo: number, fbit: number): void {
+  const buf = s.buf;
+  // ring slots 2, 3, 4 back (no division: this runs per call)
+  let at = s.head - 2;
+  if (at < 0) at += s.cap;
+  s.per2 = sameAt(buf, at, hi, klo, fbit) ? s.per2 + 1 : 0;
+  if (s.len < 3) return;
+  if (--at < 0) at += s.cap;
+  s.per3 = sameAt(buf, at, hi, klo, fbit) ? s.per3 + 1 : 0;
+  if (s.len < 4) return;
+  if (--at < 0) at += s.cap;
+  s.per4 = sameAt(buf, at, hi, klo, fbit) ? s.per4 + 1 : 0;
+}
+
+function sameAt(buf: Uint32Array, slot: number, hi: number, klo: number, fbit: number): boolean {
+  const at = slot * RING_W;
+  const f = buf[at + 2] >>> 28;
+  return buf[at] === hi && buf[at + 1] === klo && (f & FLAG_OLD) === 0 && (f & FLAG_FAIL) === fbit;
 }
 
 export const scratch = new Float64Array(1024);

@@ -38,6 +38,7 @@ export const TOOL_KEYS = [
   'target',
   'exit',
   'landed',
+  'result_fingerprint',
 ] as const;
 export const MARKER_KEYS = ['kind', 'session_id', 'parent_session_id', 'agent', 'ts', 'call_id', 'landed'] as const;
 export const REQUEST_KEYS = [
@@ -83,6 +84,8 @@ function tool(o: Record<string, unknown>): ToolEvent | undefined {
   if (typeof o.target !== 'string' || !TARGET.test(o.target) || typeof o.landed !== 'boolean') return undefined;
   const exit = o.exit;
   if (exit !== undefined && exit !== null && !isInt(exit, -2_147_483_648, 2_147_483_647)) return undefined;
+  const res = o.result_fingerprint;
+  if (res !== undefined && !(typeof res === 'string' && FINGERPRINT.test(res))) return undefined;
   // the schema's key order
   const e: Record<string, unknown> = { kind: 'tool', session_id: o.session_id };
   if (o.parent_session_id !== undefined) e.parent_session_id = o.parent_session_id;
@@ -94,6 +97,7 @@ function tool(o: Record<string, unknown>): ToolEvent | undefined {
   e.target = o.target;
   if (exit !== undefined) e.exit = exit;
   e.landed = o.landed;
+  if (res !== undefined) e.result_fingerprint = res;
   return e as ToolEvent;
 }
 

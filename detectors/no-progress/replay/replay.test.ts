@@ -193,9 +193,20 @@ describe.runIf(SQLITE3)('replay of a real opencode 1.18.33 export', () => {
       .trim()
       .split('\n')
       .map((l) => JSON.parse(l));
+    // 20 tool calls, 2 markers and a text-only step (the child: 2 calls and its answer).
+    // Its first three reads of src/app.js return the same content: with result
+    // fingerprints from the stored outputs, an identical run (stalling at 3).
     expect(lines).toEqual([
-      expect.objectContaining({ session: ROOT, agent: 'build', parent: null, events: 23, verdict: 'ok' }),
-      expect.objectContaining({ session: CHILD, agent: 'explore', parent: ROOT, events: 2, verdict: 'ok' }),
+      expect.objectContaining({
+        session: ROOT,
+        agent: 'build',
+        parent: null,
+        events: 24,
+        verdict: 'stalling',
+        first_flagged_at: 2,
+        reason: expect.stringMatching(/read src\/app.js x3 in a row, the same result each time$/),
+      }),
+      expect.objectContaining({ session: CHILD, agent: 'explore', parent: ROOT, events: 3, verdict: 'ok' }),
     ]);
   });
 
@@ -203,7 +214,8 @@ describe.runIf(SQLITE3)('replay of a real opencode 1.18.33 export', () => {
     for (const input of [EXPORT, join(EXPORT, 'opencode.db')]) {
       const r = await runReplay(input);
       expect(r.issues).toEqual([]);
-      expect(r.inputs).toBe(51);
+      // 51 tool calls, markers and request records, and 2 text-only steps
+      expect(r.inputs).toBe(53);
     }
     const t = new Tracker(defaultKnobs());
     const { loadInput } = await import('./inputs.ts');

@@ -225,17 +225,20 @@ export function score(sessions: readonly SessionResult[], labels: Labels): Score
 }
 
 /**
- * The default grid (81 sets): the thresholds fitted on synthetic shapes only (repeat
- * landings, identical lookups, identical other calls such as polls, an orchestrator's
- * grace), each at its default and a neighbour either side. The prototype's thresholds
- * sweep with a grid file, e.g. {"dup_warn": [0.2, 0.25, 0.3], "top_warn": [10, 12, 14],
- * "session_repeat_warn": [12, 15, 18], "stall_turns": [15, 20, 30]}.
+ * The default grid (243 sets): the thresholds of the newest rules, fitted on synthetic
+ * shapes only (runs of one call with one result, short cycles, monologues, an
+ * orchestrator's rhythm), each at its default and a neighbour either side. The earlier
+ * default grid sweeps with a grid file: {"landed_repeat_warn": [8, 12, 16],
+ * "lookup_run_warn": [3, 5, 8], "run_warn": [8, 12, 20], "tree_grace_turns": [120, 240,
+ * 360]}; the prototype's thresholds likewise, e.g. {"dup_warn": [0.2, 0.25, 0.3],
+ * "top_warn": [10, 12, 14], "session_repeat_warn": [12, 15, 18], "stall_turns": [15, 20, 30]}.
  */
 export const DEFAULT_SWEEP: Record<string, number[]> = {
-  landed_repeat_warn: [8, 12, 16],
-  lookup_run_warn: [3, 5, 8],
-  run_warn: [8, 12, 20],
-  tree_grace_turns: [120, 240, 360],
+  result_lookup_run_warn: [2, 3, 4],
+  result_run_warn: [3, 5, 8],
+  cycle_warn: [3, 4, 6],
+  monologue_warn: [2, 3, 4],
+  tree_rhythm_factor: [1.25, 2, 3],
 };
 
 const LOOP_OF: Record<string, string> = {
@@ -250,6 +253,10 @@ const LOOP_OF: Record<string, string> = {
   landed_repeat_warn: 'landed_repeat_loop',
   lookup_run_warn: 'lookup_run_loop',
   run_warn: 'run_loop',
+  result_lookup_run_warn: 'result_lookup_run_loop',
+  result_run_warn: 'result_run_loop',
+  cycle_warn: 'cycle_loop',
+  monologue_warn: 'monologue_loop',
 };
 
 /** Every combination of the grid over the base knobs (a loop threshold is raised to its warn one when below). */

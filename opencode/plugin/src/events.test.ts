@@ -57,6 +57,20 @@ describe('progress events from captured opencode 1.18.33 hooks', () => {
     expect(sensor.shapeErrors).toBe(0);
   });
 
+  it('fingerprints each call result (the output, never sent): the same for an unchanged file read again', () => {
+    const { out } = replay();
+    const tools = out.filter((e) => e.kind === 'tool');
+    for (const e of tools)
+      expect(e.kind === 'tool' && e.result_fingerprint, JSON.stringify(e)).toMatch(/^[0-9a-f]{64}$/);
+    const res = tools.map((e) => (e.kind === 'tool' ? e.result_fingerprint : ''));
+    // the first three reads of src/app.js: one result; the failing check another
+    expect(new Set(res.slice(0, 3)).size).toBe(1);
+    expect(res[5]).not.toBe(res[0]);
+    // after the edit landed, src/app.js reads differently
+    expect(res[13]).not.toBe(res[0]);
+    expect(JSON.stringify(out)).not.toContain('return a - b');
+  });
+
   it('counts each call id once', () => {
     const { out } = replay();
     const ids = out.filter((e) => e.kind === 'tool').map((e) => `${e.session_id}/${e.call_id}`);

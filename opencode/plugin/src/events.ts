@@ -14,7 +14,9 @@ import type { SessionBook } from './identity.ts';
 
 // Hook inputs -> progress events, through the ONE shared converter
 // (opencode/convert.ts): nothing of a call's content leaves this file, only what
-// the converter emits (tool, fingerprint, coarse target, exit, landed). This file
+// the converter emits (tool, fingerprint, coarse target, exit, landed, and the result
+// fingerprint of `tool.execute.after`'s `output.output`, the text the part stores, so a
+// history reader computes the same one; opencode/normalize.ts). This file
 // adds what only a live plugin needs: per-session landed trackers, the session's
 // agent and parent, and a dedupe by call id, because one call can reach the plugin
 // twice (tool.execute.after, then its part ending in `error` after a rejected

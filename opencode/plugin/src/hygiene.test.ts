@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { type ProgressEvent, ProgressEventSchema } from '../../../core/wire.ts';
 import { imageBytes, type SessionBulk, sessionBulk } from '../../convert.ts';
+import { textFingerprint } from '../../normalize.ts';
 import { HygieneSensor } from './hygiene.ts';
 import { SessionBook } from './identity.ts';
 
@@ -116,6 +117,33 @@ describe('assistant events', () => {
       visible_output: true,
     });
     expect(t.out[0]).toMatchObject({ finish: 'tool-calls', visible_output: true });
+    valid(t.out);
+  });
+
+  it('a step that only talked carries the fingerprint of its text (streamed or whole); a step with a tool call none', () => {
+    const t = sensor();
+    step(t, 'msg_t1', { text: `All done. ${SECRET}` });
+    step(t, 'msg_t2', { text: `All done. ${SECRET}`, tool: true });
+    // the same text again, now whole in a part update (and wrapped differently)
+    t.bus('message.updated', { sessionID: S, info: info('msg_t3') });
+    t.bus('message.part.updated', {
+      part: { id: 'prt_t3', sessionID: S, messageID: 'msg_t3', type: 'text', text: `All done.\n  ${SECRET}` },
+      time: clock,
+    });
+    t.bus('message.part.updated', {
+      part: { id: 'prt_s3', sessionID: S, messageID: 'msg_t3', type: 'text', text: 'injected', synthetic: true },
+      time: clock,
+    });
+    t.bus('message.updated', {
+      sessionID: S,
+      info: info('msg_t3', { time: { created: clock, completed: clock + 5 }, finish: 'stop' }),
+    });
+    step(t, 'msg_t4', { text: 'Something else.' });
+    const [a, b, c, d] = t.out.map((e) => (e.kind === 'assistant' ? e.text_fingerprint : 'x'));
+    expect(a).toBe(textFingerprint(`All done. ${SECRET}`));
+    expect(b).toBeUndefined();
+    expect(c).toBe(a);
+    expect(d).not.toBe(a);
     valid(t.out);
   });
 

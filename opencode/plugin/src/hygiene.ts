@@ -9,6 +9,7 @@ import {
   retryEvent,
   type SessionBulk,
 } from '../../convert.ts';
+import { textFingerprint } from '../../normalize.ts';
 import type { SessionBook } from './identity.ts';
 
 // The session-hygiene facts of a live opencode (detectors/session-hygiene): one
@@ -61,6 +62,11 @@ export class HygieneSensor {
   private readonly assistants = new Lru<string, string>(5_000);
   /** assistant message ids with visible output. */
   private readonly visible = new Lru<string, true>(5_000);
+  /**
+   * The text of each running step's text parts (part id -> latest text) and whether it
+   * called a tool: hashed into the step's text fingerprint when it finishes, then dropped.
+   */
+  private readonly texts = new Lru<string, { parts: Map<string, string>; tool: boolean }>(200);
   /** assistant message ids reported, image part ids reported. */
   private readonly reported = new Lru<string, true>(10_000);
   /** Events produced outside a hook call (a lookup or a measurement finished). */
@@ -168,9 +174,24 @@ export class HygieneSensor {
     if (typeof mid !== 'string' || typeof p?.delta !== 'string' || p.delta.length === 0) return [];
     const sid = this.assistants.peek(mid);
     if (sid === undefined) return [];
-    if (p.field === 'text') this.visible.set(mid, true);
+    if (p.field === 'text') {
+      this.visible.set(mid, true);
+      if (typeof p.partID === 'string') {
+        const t = this.stepText(mid);
+        t.parts.set(p.partID, (t.parts.get(p.partID) ?? '') + p.delta);
+      }
+    }
     this.output(sid, this.now());
     return [];
+  }
+
+  private stepText(mid: string): { parts: Map<string, string>; tool: boolean } {
+    let t = this.texts.get(mid);
+    if (t === undefined) {
+      t = { parts: new Map(), tool: false };
+      this.texts.set(mid, t);
+    }
+    return t;
   }
 
   private part(p: Record<string, any> | undefined): ProgressEvent[] {
@@ -186,9 +207,20 @@ export class HygieneSensor {
       });
     }
     const mid = part.messageID;
-    if (typeof mid === 'string' && this.assistants.peek(mid) !== undefined && isOutputPart(part)) {
-      if (isVisiblePart(part)) this.visible.set(mid, true);
-      this.output(sid, typeof p?.time === 'number' ? p.time : this.now());
+    if (typeof mid === 'string' && this.assistants.peek(mid) !== undefined) {
+      // the text as opencode stores it (the converter hashes the same parts from history)
+      if (part.type === 'tool') this.stepText(mid).tool = true;
+      else if (
+        part.type === 'text' &&
+        part.synthetic !== true &&
+        typeof part.text === 'string' &&
+        typeof part.id === 'string'
+      )
+        this.stepText(mid).parts.set(part.id, part.text);
+      if (isOutputPart(part)) {
+        if (isVisiblePart(part)) this.visible.set(mid, true);
+        this.output(sid, typeof p?.time === 'number' ? p.time : this.now());
+      }
     }
     return out;
   }
@@ -217,17 +249,26 @@ export class HygieneSensor {
     const w = this.watch(sid);
     w.history = true;
     if (this.reported.has(`a:${info.id}`)) return [];
-    const ev = assistantEvent(info, this.ctx(sid), this.visible.has(info.id));
+    const done = info.time?.completed !== undefined || info.error !== undefined;
+    const ev = assistantEvent(info, this.ctx(sid), this.visible.has(info.id), done ? this.textOf(info) : undefined);
     if (ev === null) {
       w.running = info.id;
       return [];
     }
     if (w.running === info.id) w.running = null;
     this.reported.set(`a:${info.id}`, true);
+    this.texts.delete(info.id);
     if (ev.visible_output || ev.output_tokens > 0) this.output(sid, ev.ts);
     // the step ended (an error, an abort): no first token is coming for this resume
     else if (w.resumeAt !== null && ev.ts >= w.resumeAt) w.resumeAt = null;
     return [ev];
+  }
+
+  /** A finished step's text fingerprint, as the converter's `textOnlyStep` takes it: no tool call, no error, not a summary. */
+  private textOf(info: any): string | undefined {
+    const t = this.texts.peek(info.id);
+    if (t === undefined || t.tool || info.error || info.summary === true) return undefined;
+    return textFingerprint([...t.parts.values()].join('\n'));
   }
 
   private status(p: Record<string, any> | undefined): ProgressEvent[] {
