@@ -207,8 +207,11 @@ describe.runIf(HAVE_OPENCODE)('README: the router embedding Vigil, with opencode
     // Every model request of the worker asked for a stream, and every answer the model
     // gave was one (a request refused once the loop was flagged got the gate's JSON 429).
     expect(workerCalls.every((x) => x.stream)).toBe(true);
+    // The worker reads one file with the same result each time: the judge flags it after
+    // four such calls (the repeat rule that compares results), so at least four answers
+    // were streamed before the gate refused.
     const answered = workerCalls.filter((x) => x.status === 200);
-    expect(answered.length).toBeGreaterThanOrEqual(8);
+    expect(answered.length).toBeGreaterThanOrEqual(4);
     expect(answered.every((x) => x.type.startsWith('text/event-stream'))).toBe(true);
 
     // The tree is recovering (the fake model holds the root's compaction summary): the
