@@ -23,7 +23,7 @@ const importsOf = (file: string) =>
 
 describe('architecture', () => {
   it('the kernel (core/) imports no plugin, no composition root, no service and nothing opencode-specific', () => {
-    const outward = /^(\.\.\/)+(detectors|modes|channels|opencode|service|cli|builtins|index)(\/|\.ts$)/;
+    const outward = /^(\.\.\/)+(detectors|modes|channels|opencode|sensors|service|cli|builtins|index)(\/|\.ts$)/;
     const bad: string[] = [];
     for (const f of files('core')) {
       if (f.endsWith('.test.ts')) continue;
@@ -41,6 +41,7 @@ describe('architecture', () => {
       'channels',
       'modes',
       'opencode',
+      'sensors',
       'service',
       'cli',
       'bench',

@@ -1,0 +1,62 @@
+import { z } from 'zod';
+
+// The hook bridge's one HTTP client: every request to Vigil goes through here, with
+// the sensor's name in x-vigil-plugin, the ingestion token when set, and a hard
+// timeout. Any failure is `undefined`: the bridge then has no opinion (fail open).
+
+declare const __VIGIL_HOOK_VERSION__: string | undefined;
+/** `<package version>+<bundle hash>` in a bundle (build.mjs), `dev` from the sources. */
+export const HOOK_VERSION = typeof __VIGIL_HOOK_VERSION__ === 'string' ? __VIGIL_HOOK_VERSION__ : '0.1.0+dev';
+export const HOOK_ID = `vigil-claude-code/${HOOK_VERSION}`;
+
+const Env = z.object({
+  VIGIL_URL: z.url({ protocol: /^https?$/ }).optional(),
+  VIGIL_HOOK_TIMEOUT_MS: z.coerce.number().int().min(50).max(30_000).optional(),
+});
+
+export interface ClientSettings {
+  url: string;
+  token?: string;
+  timeoutMs: number;
+}
+
+/** VIGIL_URL (default the local service), VIGIL_INGEST_TOKEN, VIGIL_HOOK_TIMEOUT_MS (default 1500). */
+export function clientSettings(env: NodeJS.ProcessEnv): ClientSettings {
+  const e = Env.safeParse(env);
+  const v = e.success ? e.data : {};
+  return {
+    url: (v.VIGIL_URL ?? 'http://127.0.0.1:7411').replace(/\/+$/, ''),
+    ...(env.VIGIL_INGEST_TOKEN ? { token: env.VIGIL_INGEST_TOKEN } : {}),
+    timeoutMs: v.VIGIL_HOOK_TIMEOUT_MS ?? 1500,
+  };
+}
+
+export class VigilClient {
+  constructor(private readonly s: ClientSettings) {}
+
+  private headers(json: boolean): Record<string, string> {
+    return {
+      'x-vigil-plugin': HOOK_ID,
+      ...(json ? { 'content-type': 'application/json' } : {}),
+      ...(this.s.token ? { authorization: `Bearer ${this.s.token}` } : {}),
+    };
+  }
+
+  async request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown | undefined> {
+    try {
+      const r = await fetch(`${this.s.url}${path}`, {
+        method,
+        headers: this.headers(body !== undefined),
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+        signal: AbortSignal.timeout(this.s.timeoutMs),
+      });
+      if (!r.ok) {
+        await r.body?.cancel();
+        return undefined;
+      }
+      return await r.json();
+    } catch {
+      return undefined;
+    }
+  }
+}
