@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import type { GateHeaders, SensorDescriptor } from '../core/sensor.ts';
 import type { Vigil } from '../core/vigil.ts';
 import type { GateAnswer, GateQuery } from '../core/wire.ts';
 import { capBody, estimateTokens } from './router/cap.ts';
@@ -8,8 +9,8 @@ import { type CostOf, recordOfFacts } from './router/usage.ts';
 
 // `vigil/router`: what a fastify-based model router registers.
 // - vigilGate: before each model request it asks the gate about the conversation
-//   (identity from the router headers, or the `x-session-id` header opencode 1.18 sends
-//   anyway); it refuses conversations whose tree is refused, enforces context limits
+//   (identity from the router headers, or the headers a sensor's descriptor names, such
+//   as the `x-session-id` opencode 1.18 sends anyway); it refuses conversations whose tree is refused, enforces context limits
 //   (cut the oldest turns for `cap`, a context-overflow error for `overflow`), and
 //   records each answer's usage, model and cost, from JSON or a streamed (SSE) answer.
 // - vigilIngest: the routes the sensors report to (progress, directives, acks, request
@@ -21,7 +22,7 @@ export type { CostOf, Usage } from './router/usage.ts';
 
 export interface VigilGateOptions {
   vigil: Vigil;
-  /** Which routes are model requests (default: any POST whose path ends in /chat/completions or /messages). */
+  /** Which routes are model requests (default: any POST whose path ends in /chat/completions, /messages or /responses). */
   match?: (req: FastifyRequest) => boolean;
   /** Price of an answer in USD when the upstream does not say (usage.cost); default none. */
   costOf?: CostOf;
@@ -50,19 +51,30 @@ const header = (req: FastifyRequest, name: string): string | undefined => {
   return typeof s === 'string' && ID.test(s) ? s : undefined;
 };
 
-/** The conversation identity of a model request: the router headers, else opencode's x-session-id. */
-export function identityOf(req: FastifyRequest): GateQuery | undefined {
-  const conversation = header(req, 'x-router-conversation') ?? header(req, 'x-session-id');
+/**
+ * The conversation identity of a model request: the router headers, else the first
+ * sensor's table of headers (core/sensor.ts `gate`) that the request carries, e.g.
+ * opencode's x-session-id. The router headers win field by field.
+ */
+export function identityOf(req: FastifyRequest, sensors: Iterable<SensorDescriptor> = []): GateQuery | undefined {
+  let own: GateHeaders | undefined;
+  for (const s of sensors) {
+    if (s.gate && header(req, s.gate.conversation)) {
+      own = s.gate;
+      break;
+    }
+  }
+  const conversation = header(req, 'x-router-conversation') ?? (own && header(req, own.conversation));
   if (!conversation) return undefined;
   const body = req.body as { model?: unknown } | undefined;
   const model = typeof body?.model === 'string' && ID.test(body.model) ? body.model : undefined;
-  const agent = header(req, 'x-router-agent');
-  const parent = header(req, 'x-router-parent');
+  const agent = header(req, 'x-router-agent') ?? (own?.agent && header(req, own.agent));
+  const parent = header(req, 'x-router-parent') ?? (own?.parent && header(req, own.parent));
   return { conversation, ...(agent ? { agent } : {}), ...(parent ? { parent } : {}), ...(model ? { model } : {}) };
 }
 
 const defaultMatch = (req: FastifyRequest) =>
-  req.method === 'POST' && /\/(chat\/completions|messages)$/.test(req.url.split('?')[0]);
+  req.method === 'POST' && /\/(chat\/completions|messages|responses)$/.test(req.url.split('?')[0]);
 
 /** Anthropic's Messages API answers errors in its own shape; everything else gets OpenAI's. */
 const anthropic = (req: FastifyRequest) => /\/messages$/.test(req.url.split('?')[0]);
@@ -99,7 +111,7 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
 
   app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
     if (!match(req)) return;
-    const query = identityOf(req);
+    const query = identityOf(req, o.vigil.registry.sensors.values());
     if (!query) return;
     const answer = await o.vigil.gate(query);
     const g: GateDecoration = { query, answer };

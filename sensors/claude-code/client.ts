@@ -32,11 +32,15 @@ export function clientSettings(env: NodeJS.ProcessEnv): ClientSettings {
 }
 
 export class VigilClient {
-  constructor(private readonly s: ClientSettings) {}
+  /** `id` is the sensor's plugin header value, `vigil-<sensor>/<version>` (default Claude Code's). */
+  constructor(
+    private readonly s: ClientSettings,
+    private readonly id: string = HOOK_ID,
+  ) {}
 
   private headers(json: boolean): Record<string, string> {
     return {
-      'x-vigil-plugin': HOOK_ID,
+      'x-vigil-plugin': this.id,
       ...(json ? { 'content-type': 'application/json' } : {}),
       ...(this.s.token ? { authorization: `Bearer ${this.s.token}` } : {}),
     };
