@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
+import { identityOf } from '../service/router.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { CC_VERSION, type ClaudeLab, claudeLab, needsClaudeCode } from './helpers/claude-code.ts';
 import { testVigil } from './helpers/index.ts';
@@ -32,6 +33,8 @@ async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: str
 }
 
 const vigilDenials = (lab: ClaudeLab) => lab.toolResults().filter((t) => t.is_error && t.text.includes('Vigil:'));
+/** The gate identity of a model request Claude Code sent (its real headers, from the fake API's log). */
+const gateIdentity = (q: Record<string, any>) => identityOf({ headers: q.headers, body: {} } as never);
 const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
 
 describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, () => {
@@ -111,6 +114,10 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         expect(child?.parent).toBe(sid);
         expect(child?.agent).toBe('general-purpose');
         expect(child?.verdict).toBe('looping');
+        // a router in front would see the same child: its requests carry the agent id header
+        const ids = lab.requests().map(gateIdentity);
+        expect(ids).toContainEqual({ conversation: child?.session, parent: sid });
+        expect(ids).toContainEqual({ conversation: sid });
         // the parent's own calls were one Task: it is not the one looping
         expect(rows.find((x) => x.session === sid)?.top_target ?? null).not.toBe('read src/app.js');
         // the incident is the tree's (keyed by its root), and names the child
@@ -141,6 +148,24 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
       }
     }, 240_000);
   });
+
+  it('with Vigil stopped the same looping script runs to completion: the hooks have no opinion', async () => {
+    // a port that was just free: nothing listens there
+    const { app, vigil, url } = await service('auto_recover');
+    await app.close();
+    await vigil.close();
+    const lab = await claudeLab({ vigilUrl: url, script: { steps: [{ ...READ(), repeat: 40 }, { text: 'done' }] } });
+    try {
+      const r = await lab.run('read it');
+      expect(r.result?.subtype, r.stderr).toBe('success');
+      expect(r.result?.terminal_reason).not.toBe('hook_stopped');
+      const results = lab.toolResults();
+      expect(results.length).toBe(40);
+      expect(results.filter((t) => t.is_error)).toEqual([]);
+    } finally {
+      await lab.stop();
+    }
+  }, 240_000);
 
   describe('auto_recover', () => {
     let s: Awaited<ReturnType<typeof service>>;
@@ -186,6 +211,12 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         const inc = (await s.vigil.notifier.openAlerts()).find((a) => a.dedup_key === `${sid}:recovery`);
         expect(inc?.severity).toBe('critical');
 
+        // A router in front scopes its refusal to this conversation, by Claude Code's own header.
+        const q = gateIdentity(lab.requests()[0]);
+        expect(q?.conversation).toBe(sid);
+        expect((await s.vigil.gate(q as never)).action).toBe('refuse');
+        expect((await s.vigil.gate({ conversation: 'another-conversation' })).action).toBe('allow');
+
         // Going on without a Resume: the prompt is refused before any model request.
         const before = lab.requests().length;
         const held = await lab.run('go on', { resume: sid });
@@ -205,6 +236,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
           JSON.stringify(after),
         ).toEqual([]);
         expect((await s.vigil.engine.treeState(sid))?.stage).toBe(0);
+        expect((await s.vigil.gate(q as never)).action).toBe('allow');
       } finally {
         await lab.stop();
       }
