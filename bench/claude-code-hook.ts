@@ -3,6 +3,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { buildHook } from '../sensors/claude-code/hook/build.mjs';
 import { buildServer } from '../service/server.ts';
 import { AGENTS, agentBin } from '../test/helpers/agents.ts';
 import { claudeLab } from '../test/helpers/claude-code.ts';
@@ -23,9 +24,6 @@ const rounds = Number(argv[argv.indexOf('--rounds') + 1]) || 20;
 const withAgent = !argv.includes('--no-agent');
 
 const dir = mkdtempSync(join(tmpdir(), 'vigil-bench-hook-'));
-const { buildHook } = (await import('../sensors/claude-code/hook/build.mjs')) as {
-  buildHook: (o: { out: string }) => Promise<{ path: string }>;
-};
 const hook = (await buildHook({ out: join(dir, 'hook.mjs') })).path;
 const empty = join(dir, 'empty.mjs');
 writeFileSync(empty, '');
