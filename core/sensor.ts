@@ -55,6 +55,8 @@ const HeaderName = z
  */
 export const GateHeadersSchema = z.strictObject({
   conversation: HeaderName,
+  /** A subagent's id, when the agent sends it beside its parent's: `<conversation>.<child>`, child of `conversation`. */
+  child: HeaderName.optional(),
   parent: HeaderName.optional(),
   agent: HeaderName.optional(),
 });

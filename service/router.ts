@@ -53,8 +53,9 @@ const header = (req: FastifyRequest, name: string): string | undefined => {
 
 /**
  * The conversation identity of a model request: the router headers, else the first
- * sensor's table of headers (core/sensor.ts `gate`) that the request carries, e.g.
- * opencode's x-session-id. The router headers win field by field.
+ * sensor's table of headers (core/sensor.ts `gate`) that the request carries: opencode's
+ * x-session-id, Claude Code's x-claude-code-session-id (+ agent id), Codex's thread-id
+ * (+ parent thread). The router headers win field by field.
  */
 export function identityOf(req: FastifyRequest, sensors: Iterable<SensorDescriptor> = []): GateQuery | undefined {
   let own: GateHeaders | undefined;
@@ -64,12 +65,17 @@ export function identityOf(req: FastifyRequest, sensors: Iterable<SensorDescript
       break;
     }
   }
-  const conversation = header(req, 'x-router-conversation') ?? (own && header(req, own.conversation));
+  const base = own && header(req, own.conversation);
+  const child = own?.child && header(req, own.child);
+  const ownId = base && child ? `${base}.${child}` : base;
+  const conversation = header(req, 'x-router-conversation') ?? ownId;
   if (!conversation) return undefined;
   const body = req.body as { model?: unknown } | undefined;
   const model = typeof body?.model === 'string' && ID.test(body.model) ? body.model : undefined;
   const agent = header(req, 'x-router-agent') ?? (own?.agent && header(req, own.agent));
-  const parent = header(req, 'x-router-parent') ?? (own?.parent && header(req, own.parent));
+  const parent =
+    header(req, 'x-router-parent') ??
+    (conversation !== ownId ? undefined : child ? base : own?.parent && header(req, own.parent));
   return { conversation, ...(agent ? { agent } : {}), ...(parent ? { parent } : {}), ...(model ? { model } : {}) };
 }
 

@@ -90,7 +90,7 @@ export function answer(ctx: HookContext, directives: readonly Directive[], ts: n
               permissionDecisionReason: reasonText(stop, 'stopped, waiting for Resume'),
             },
           },
-          acks: [...acks, ...directives.filter((d) => d.type === 'abort' && mine(d)).map(ackOf)],
+          acks: [...acks, ...directives.filter((d) => d.type === 'abort').map(ackOf)],
           markers,
         };
       }
@@ -114,7 +114,12 @@ export function answer(ctx: HookContext, directives: readonly Directive[], ts: n
     case 'PostToolUseFailure':
     case 'UserPromptSubmit': {
       if (!stop) return { acks, markers };
-      return { output: { continue: false, stopReason: reasonText(stop, 'stopped').slice(0, 300) }, acks, markers };
+      // Ending the run is the abort: none is left to deny a call after the Resume.
+      return {
+        output: { continue: false, stopReason: reasonText(stop, 'stopped').slice(0, 300) },
+        acks: [...acks, ...directives.filter((d) => d.type === 'abort').map(ackOf)],
+        markers,
+      };
     }
     case 'Stop': {
       // A stopped run may end; a pending report is the nudge: the session goes on with it.

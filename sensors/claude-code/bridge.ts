@@ -37,6 +37,8 @@ const StateSchema = z.object({
 });
 
 const SENT_MAX = 500;
+/** Older model calls found in a transcript are stamped this long ago at most. */
+const USAGE_AGE_MS = 5 * 60_000;
 /** How much of a transcript's end is read for usage: the latest calls are there. */
 const TAIL_BYTES = 256 * 1024;
 
@@ -130,7 +132,8 @@ export async function runHook(
     const sent = new Set(state.sent);
     for (const a of assistantEvents(tail(transcriptOf(p)), p, now)) {
       if (sent.has(a.call_id)) continue;
-      events.push(a);
+      // The transcript's own time, within the service's accepted window (a late first read of an old session).
+      events.push({ ...a, ts: Math.min(now, Math.max(a.ts, now - USAGE_AGE_MS)) });
       state.sent.push(a.call_id);
       dirty = true;
     }

@@ -61,7 +61,8 @@ function readSettings(path: string): { settings: Settings; text?: string } {
     const i = r.error.issues[0];
     throw new Error(`${path}: ${i.path.join('.') || '(root)'}: ${i.message}; nothing was changed`);
   }
-  return { settings: r.data, text };
+  // Validated, but the user's object as read: zod's output would put `hooks` first.
+  return { settings: raw as Settings, text };
 }
 
 const isVigil = (h: z.output<typeof HookEntry>) => typeof h.command === 'string' && h.command.includes(HOOK_FILE);
@@ -78,8 +79,11 @@ export function withoutVigil(s: Settings): Settings {
     });
     if (kept.length || !groups.length) hooks[event] = kept;
   }
-  const { hooks: _, ...rest } = s;
-  return Object.keys(hooks).length || Object.keys(s.hooks).length === 0 ? { ...rest, hooks } : rest;
+  // Every other key keeps its place, so an uninstall writes back the file it read.
+  const keep = Object.keys(hooks).length > 0 || Object.keys(s.hooks).length === 0;
+  return Object.fromEntries(
+    Object.entries(s).flatMap(([k, v]) => (k !== 'hooks' ? [[k, v]] : keep ? [[k, hooks]] : [])),
+  ) as Settings;
 }
 
 /** The settings with Vigil's hooks (any older ones replaced), after the user's own on each event. */

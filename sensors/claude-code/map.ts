@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { AssistantEvent, PromptEvent, ToolEvent } from '../../core/wire.ts';
 import { judgeLanded, type LandedTracker } from '../shared/landed.ts';
 import { normalizeCall, resultFingerprint, sanitizeTarget, textFingerprint } from '../shared/normalize.ts';
+import { sessionKey } from './identity.ts';
 
 // Claude Code 2.1 hook payloads -> progress events (docs/claude-code.md). Pure: no I/O,
 // no clock. Nothing of a call's content survives: arguments become a fingerprint and a
@@ -9,10 +10,7 @@ import { normalizeCall, resultFingerprint, sanitizeTarget, textFingerprint } fro
 // outputs an exit code, a landed flag (sensors/shared/landed.ts) and a result
 // fingerprint; a prompt becomes the fact that a turn started.
 
-/** A subagent's Vigil session id: the parent session and the agent id (the router gate uses it too). */
-export function sessionKey(session: string, agent?: string | null): string {
-  return agent ? `${session}.${agent}` : session;
-}
+export { sessionKey } from './identity.ts';
 
 const Id = z
   .string()
