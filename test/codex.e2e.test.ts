@@ -164,10 +164,13 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
 
     it('denies the next call with the report, nudges a renewed loop at Stop, then denies everything; Resume lets it go on', async () => {
       const steps = [
-        { ...READ(), repeat: 5 },
-        { ...READ(), repeat: 4 },
+        // flagged at the 8th same-result read: the 9th call is denied (stage 1); the renewed
+        // loop is flagged at its 8th read, just before the turn ends: the Stop hook's nudge
+        // (stage 2); the loop after the nudge is flagged again: the hard stop (stage 3)
+        { ...READ(), repeat: 9 },
+        { ...READ(), repeat: 8 },
         { text: 'I think I am done.' },
-        { ...READ(), repeat: 6 },
+        { ...READ(), repeat: 10 },
         { text: 'I am blocked.' },
         ...HEALTHY,
       ];
