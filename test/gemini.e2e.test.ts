@@ -155,12 +155,15 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
       await s?.vigil.close();
     });
 
-    it('denies the next call with the report, nudges a renewed loop at AfterAgent, then stops the run; Resume lets it go on', async () => {
+    it('denies the next call with the report, nudges a renewed loop at AfterAgent, then stops the run (continue: false); Resume clears the stop', async () => {
       const steps = [
-        { ...READ(), repeat: 9 },
-        { ...READ(), repeat: 8 },
+        // flagged at the 4th same-result read: the 5th call is denied (stage 1); the renewed
+        // loop is flagged at its 4th read as the turn ends: the AfterAgent nudge (stage 2);
+        // flagged again after the nudge: the run is stopped (stage 3)
+        { ...READ(), repeat: 5 },
+        { ...READ(), repeat: 4 },
         { text: 'I think I am done.' },
-        { ...READ(), repeat: 10 },
+        { ...READ(), repeat: 6 },
         { text: 'I am blocked.' },
         ...HEALTHY,
       ];
