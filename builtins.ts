@@ -51,7 +51,12 @@ export function createRegistry(): Registry {
 }
 
 /** The sensors' installers: `vigil install <agent>` and `vigil uninstall <agent>`, one per agent. */
-export const installers: readonly AgentInstaller<any>[] = [opencodeInstaller, claudeCodeInstaller, codexInstaller, geminiInstaller];
+export const installers: readonly AgentInstaller<any>[] = [
+  opencodeInstaller,
+  claudeCodeInstaller,
+  codexInstaller,
+  geminiInstaller,
+];
 
 /** What each sensor can carry out (core/sensor.ts), for the readouts. */
 export const sensors: readonly SensorDescriptor[] = [opencodeSensor, claudeCodeSensor, codexSensor, geminiSensor];

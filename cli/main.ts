@@ -286,10 +286,15 @@ export function buildProgram(io: Io = defaultIo()): Command {
     hook
       .command(agent)
       .description(`one ${title} command hook call (vigil install ${agent} wires a faster bundled copy)`)
-      .argument('[event]', 'the hook event (PreToolUse, BeforeTool, ...); default the payload\'s hook_event_name')
+      .argument('[event]', "the hook event (PreToolUse, BeforeTool, ...); default the payload's hook_event_name")
       .action(async (event: string | undefined) => {
         const a = parseArgs(
-          z.strictObject({ event: z.string().regex(/^[A-Za-z]{1,40}$/, 'a hook event name').default('') }),
+          z.strictObject({
+            event: z
+              .string()
+              .regex(/^[A-Za-z]{1,40}$/, 'a hook event name')
+              .default(''),
+          }),
           { event },
           `hook ${agent}`,
         );

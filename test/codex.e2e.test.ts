@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
-import { type App, buildServer } from '../service/server.ts';
 import { codexInstaller } from '../sensors/codex/installer.ts';
+import { type App, buildServer } from '../service/server.ts';
 import { CODEX_VERSION, type CodexLab, codexLab, needsCodex } from './helpers/codex.ts';
 import { testVigil } from './helpers/index.ts';
 
@@ -16,7 +16,8 @@ const HAVE = needsCodex(import.meta.filename);
 
 const READ = (f = 'src/app.js') => ({ exec: `cat ${f}` });
 const PATCH = {
-  patch: '*** Begin Patch\n*** Update File: src/app.js\n@@\n export function add(a, b) {\n-  return a - b;\n+  return a + b;\n }\n*** End Patch\n',
+  patch:
+    '*** Begin Patch\n*** Update File: src/app.js\n@@\n export function add(a, b) {\n-  return a - b;\n+  return a + b;\n }\n*** End Patch\n',
 };
 const HEALTHY = [READ('src/util.js'), PATCH, { exec: 'sh ok.sh' }, { text: 'Fixed add() and the check passes.' }];
 
@@ -120,7 +121,10 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
     }, 240_000);
 
     it('a healthy script (distinct reads, a patch that lands, a passing check) triggers nothing', async () => {
-      const lab = await codexLab({ vigilUrl: s.url, script: { steps: [READ('src/app.js'), READ('check.sh'), ...HEALTHY] } });
+      const lab = await codexLab({
+        vigilUrl: s.url,
+        script: { steps: [READ('src/app.js'), READ('check.sh'), ...HEALTHY] },
+      });
       try {
         const r = await lab.run('fix it');
         expect(r.exit, r.stderr).toBe(0);

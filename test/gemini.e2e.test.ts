@@ -51,7 +51,10 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
     });
 
     it('one file read 40 times is flagged; warn lets it finish', async () => {
-      const lab = await geminiLab({ vigilUrl: s.url, script: { steps: [{ ...READ(), repeat: 40 }, { text: 'done' }] } });
+      const lab = await geminiLab({
+        vigilUrl: s.url,
+        script: { steps: [{ ...READ(), repeat: 40 }, { text: 'done' }] },
+      });
       try {
         const r = await lab.run('read it');
         expect(r.exit, r.stderr.slice(-500)).toBe(0);
@@ -117,7 +120,10 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
     }, 300_000);
 
     it('a healthy script (distinct reads, an edit that lands, a passing check) triggers nothing', async () => {
-      const lab = await geminiLab({ vigilUrl: s.url, script: { steps: [READ('src/app.js'), READ('check.sh'), ...HEALTHY] } });
+      const lab = await geminiLab({
+        vigilUrl: s.url,
+        script: { steps: [READ('src/app.js'), READ('check.sh'), ...HEALTHY] },
+      });
       try {
         const r = await lab.run('fix it');
         expect(r.exit).toBe(0);
@@ -177,7 +183,8 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
         expect(JSON.stringify(denials[0])).toContain('Vigil: this loop was stopped');
         // stage 2: the nudge reached the model as a new user text
         const nudged = r.stream.some(
-          (l) => l.type === 'error' && String(l.message).includes('Agent execution blocked: Vigil: this loop was stopped'),
+          (l) =>
+            l.type === 'error' && String(l.message).includes('Agent execution blocked: Vigil: this loop was stopped'),
         );
         expect(nudged, JSON.stringify(r.stream.filter((l) => l.type === 'error'))).toBe(true);
         // stage 3: the run stopped by the hook

@@ -1,5 +1,5 @@
 import type { Directive } from '../../core/wire.ts';
-import { answer as hookAnswer, type HookAnswer, type HookContext } from '../claude-code/answer.ts';
+import { type HookAnswer, type HookContext, answer as hookAnswer } from '../claude-code/answer.ts';
 
 // What a Codex hook answers. Codex 0.169 takes Claude Code's hook answer format (the
 // same event names, `hookSpecificOutput.permissionDecision`, Stop `decision: "block"`),

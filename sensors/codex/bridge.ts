@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { HOOK_VERSION, clientSettings, VigilClient } from '../claude-code/client.ts';
-import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
+import { clientSettings, HOOK_VERSION, VigilClient } from '../claude-code/client.ts';
 import { exchange, loadState, saveState, stateFile, tail } from '../shared/hook-io.ts';
+import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
 import { HookPayloadSchema, promptEvent, readRollout, sessionOf, ToolPayloadSchema, toolEvent } from './map.ts';

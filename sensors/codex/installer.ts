@@ -49,7 +49,11 @@ const codexHome = (ctx: InstallContext) => resolve(ctx.env.CODEX_HOME || join(ct
 /** The hooks file, the hook bundle and the config.toml holding the trust entries. */
 export function locations(o: Options, ctx: InstallContext): { hooks: string; hook: string; config: string } {
   const dir = o.project ? join(resolve(o.project), '.codex') : codexHome(ctx);
-  return { hooks: join(dir, 'hooks.json'), hook: join(dir, 'vigil', HOOK_FILE), config: join(codexHome(ctx), 'config.toml') };
+  return {
+    hooks: join(dir, 'hooks.json'),
+    hook: join(dir, 'vigil', HOOK_FILE),
+    config: join(codexHome(ctx), 'config.toml'),
+  };
 }
 
 const mine = ownedBy(HOOK_FILE);

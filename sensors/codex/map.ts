@@ -99,7 +99,8 @@ export function canonicalCall(name: string, input: unknown): { tool: string; arg
  * is never kept).
  */
 export function exitInText(text: string): number | undefined {
-  const m = /^Process exited with code (-?\d{1,10})$/m.exec(text) ?? /^Exit code: (-?\d{1,10})$/m.exec(text.slice(0, 200));
+  const m =
+    /^Process exited with code (-?\d{1,10})$/m.exec(text) ?? /^Exit code: (-?\d{1,10})$/m.exec(text.slice(0, 200));
   return m ? Number(m[1]) : undefined;
 }
 
@@ -135,11 +136,15 @@ export interface FinishedCall {
 }
 
 /** A finished call -> a tool event and the session's new landed tracker. */
-export function toolEvent(c: FinishedCall, tr: LandedTracker, ts: number): { event: ToolEvent; tracker: LandedTracker } {
+export function toolEvent(
+  c: FinishedCall,
+  tr: LandedTracker,
+  ts: number,
+): { event: ToolEvent; tracker: LandedTracker } {
   const { tool, args } = canonicalCall(c.name, c.input);
   const facts = normalizeCall(tool, args, { cwd: c.cwd });
   const out = c.output;
-  const blocked = out !== undefined && out.startsWith('Command blocked by PreToolUse hook:');
+  const blocked = out?.startsWith('Command blocked by PreToolUse hook:') === true;
   const exit = c.exit !== undefined ? c.exit : out === undefined ? null : (exitInText(out) ?? (blocked ? 1 : null));
   // A command's output in the hook carries no exit line: without one it ran (0 unless told).
   const known = exit ?? (tool === 'bash' || tool === 'patch' ? null : 0);

@@ -1,5 +1,5 @@
 import type { Directive } from '../../core/wire.ts';
-import { answer as hookAnswer, type HookAnswer, type HookContext } from '../claude-code/answer.ts';
+import { type HookAnswer, type HookContext, answer as hookAnswer } from '../claude-code/answer.ts';
 
 // What a Gemini CLI hook answers. The choice of directive and its acks are the one
 // implementation the Claude Code answer has (its event names: the same roles under

@@ -50,7 +50,9 @@ export function withVigil(s: HooksFile, hookPath: string): HooksFile {
   const groups: Record<string, HookGroup> = {};
   for (const e of HOOK_EVENTS)
     groups[e] = {
-      hooks: [{ type: 'command', command: `node ${JSON.stringify(hookPath)}`, name: `vigil-${e}`, timeout: TIMEOUT_MS }],
+      hooks: [
+        { type: 'command', command: `node ${JSON.stringify(hookPath)}`, name: `vigil-${e}`, timeout: TIMEOUT_MS },
+      ],
     };
   return withHooks(s, mine, groups);
 }
@@ -83,7 +85,8 @@ export const geminiInstaller: AgentInstaller<Options> = {
     const next = serialise(withVigil(file, where.hook));
     const had = JSON.stringify(withoutVigil(file)) !== JSON.stringify(file);
     const ver = `vigil-${SENSOR_NAME}/${version}`;
-    if (next === before && oldCode === code) return { action: 'unchanged', path: where.settings, version: ver, notes: NOTES };
+    if (next === before && oldCode === code)
+      return { action: 'unchanged', path: where.settings, version: ver, notes: NOTES };
     if (oldCode !== code) writeAtomic(where.hook, code);
     if (next !== before) writeAtomic(where.settings, next);
     const previous = oldCode === undefined ? undefined : bundleVersion(SENSOR_NAME, oldCode);

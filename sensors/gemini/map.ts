@@ -157,7 +157,4 @@ export const promptEvent = (who: Who, callId: string, resumed: boolean, ts: numb
   ts,
 });
 
-export const childName = (s: string): string =>
-  s
-    .replace(/[^A-Za-z0-9_-]/g, '_')
-    .slice(0, 40) || 'agent';
+export const childName = (s: string): string => s.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 40) || 'agent';

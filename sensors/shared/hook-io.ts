@@ -32,7 +32,10 @@ export function readStdin(max = 4 * 1024 * 1024, ms = 2000): Promise<string> {
 
 /** The state file of one session of one sensor: VIGIL_HOOK_STATE_DIR, else vigil-<sensor>/ in the temp dir. */
 export const stateFile = (env: NodeJS.ProcessEnv, sensor: string, session: string): string =>
-  join(env.VIGIL_HOOK_STATE_DIR || join(tmpdir(), `vigil-${sensor}`), `${session.replace(/[^A-Za-z0-9_-]/g, '_')}.json`);
+  join(
+    env.VIGIL_HOOK_STATE_DIR || join(tmpdir(), `vigil-${sensor}`),
+    `${session.replace(/[^A-Za-z0-9_-]/g, '_')}.json`,
+  );
 
 export function loadState<T>(path: string, schema: z.ZodType<T>, fresh: () => T): T {
   try {

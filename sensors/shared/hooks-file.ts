@@ -31,7 +31,9 @@ export function readHooksFile(path: string): { file: HooksFile; text?: string } 
     const i = r.error.issues[0];
     throw new Error(`${path}: ${i.path.join('.') || '(root)'}: ${i.message}; nothing was changed`);
   }
-  return { file: r.data, text };
+  // validated, but the file's own object: a parse puts the known keys first, and the
+  // user's key order is kept
+  return { file: raw as HooksFile, text };
 }
 
 export const ownedBy = (hookFile: string) => (h: z.output<typeof HookEntry>) =>

@@ -67,7 +67,8 @@ export async function geminiLab(o: {
   const project = join(dir, 'project');
   const home = join(dir, 'home');
   const logs = join(dir, 'logs');
-  for (const d of [join(project, 'src'), join(home, '.gemini'), logs, join(dir, 'tmp')]) mkdirSync(d, { recursive: true });
+  for (const d of [join(project, 'src'), join(home, '.gemini'), logs, join(dir, 'tmp')])
+    mkdirSync(d, { recursive: true });
   writeFileSync(join(project, 'src', 'app.js'), 'export function add(a, b) {\n  return a - b;\n}\n');
   writeFileSync(join(project, 'src', 'util.js'), 'export const id = (x) => x;\n');
   writeFileSync(join(project, 'check.sh'), '#!/bin/sh\necho "FAIL: add(1, 2) should be 3" >&2\nexit 1\n');
