@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { codexInstaller } from '../sensors/codex/installer.ts';
+import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { CODEX_VERSION, type CodexLab, codexLab, needsCodex } from './helpers/codex.ts';
 import { testVigil } from './helpers/index.ts';
@@ -31,6 +32,9 @@ async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: str
 const vigilDenials = (lab: CodexLab) =>
   lab.outputs().filter((t) => t.text.startsWith('Command blocked by PreToolUse hook: Vigil:'));
 const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
+/** `vigil replay` over the lab's CODEX_HOME/sessions: the verdict per session. */
+const replayed = async (lab: CodexLab) =>
+  new Map((await runReplay(`${lab.codexHome}/sessions`, {})).sessions.map((x) => [x.session, x]));
 
 describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, () => {
   describe('warn', () => {
@@ -59,6 +63,8 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
         expect(row.sensor).toBe('codex');
         expect(row.cannot_act).toBe('toast none');
         expect((await s.vigil.notifier.openAlerts()).some((a) => a.dedup_key.includes(sid))).toBe(true);
+        // vigil replay over the rollout gives the live verdict
+        expect((await replayed(lab)).get(sid)?.verdict).toBe('looping');
       } finally {
         await lab.stop();
       }
@@ -78,6 +84,7 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
           readFileSync(`${lab.dir}/hook-state/${(r.threadId as string).replace(/[^A-Za-z0-9_-]/g, '_')}.json`, 'utf8'),
         );
         expect(state.trackers[r.threadId as string].failing.length).toBe(1);
+        expect((await replayed(lab)).get(r.threadId as string)?.verdict).toBe('looping');
       } finally {
         await lab.stop();
       }
@@ -115,6 +122,9 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
         // the router's view of the same ids: the child's requests name it and its parent
         const childReq = lab.requests().find((q) => q.headers?.['x-codex-parent-thread-id'] === sid);
         expect(childReq?.headers['thread-id']).toBe(child?.session);
+        // replayed from the two rollouts: the child loops, under its parent
+        const rep = await replayed(lab);
+        expect(rep.get(child?.session as string)).toMatchObject({ verdict: 'looping', parent: sid });
       } finally {
         await lab.stop();
       }
@@ -135,6 +145,7 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
         expect((await s.vigil.notifier.openAlerts()).some((a) => a.dedup_key.includes(r.threadId as string))).toBe(
           false,
         );
+        expect((await replayed(lab)).get(r.threadId as string)?.verdict).toBe('ok');
       } finally {
         await lab.stop();
       }

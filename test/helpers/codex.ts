@@ -1,5 +1,5 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { codexInstaller } from '../../sensors/codex/installer.ts';
@@ -237,6 +237,7 @@ export async function codexLab(o: {
         process.kill(-(fake.pid as number), 'SIGTERM');
       } catch {}
       if (fakeErr) process.stderr.write(fakeErr.slice(-500));
+      if (!process.env.VIGIL_KEEP_LAB) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

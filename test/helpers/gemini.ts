@@ -1,5 +1,5 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { geminiInstaller } from '../../sensors/gemini/installer.ts';
@@ -178,6 +178,7 @@ export async function geminiLab(o: {
         process.kill(-(fake.pid as number), 'SIGTERM');
       } catch {}
       if (fakeErr) process.stderr.write(fakeErr.slice(-500));
+      if (!process.env.VIGIL_KEEP_LAB) rmSync(dir, { recursive: true, force: true });
     },
   };
 }
