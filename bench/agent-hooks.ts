@@ -31,7 +31,10 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function measure(
   name: string,
-  lab: (o: { install: boolean; vigilUrl: string }) => Promise<{ run: (p: string) => Promise<{ ms: number; exit: number | null }>; stop: () => Promise<void> }>,
+  lab: (o: {
+    install: boolean;
+    vigilUrl: string;
+  }) => Promise<{ run: (p: string) => Promise<{ ms: number; exit: number | null }>; stop: () => Promise<void> }>,
 ) {
   const rows: Record<string, number[]> = { none: [], up: [], down: [] };
   for (let i = 0; i < rounds; i++) {
@@ -66,7 +69,10 @@ if (only && only !== 'codex') {
   // skipped
 } else if (agentBin(AGENTS.codex)) {
   await measure('Codex CLI 0.169.0', (o) =>
-    codexLab({ ...o, script: { steps: [...files.map((f) => ({ exec: `cat src/app.js ${f} 2>/dev/null; true` })), { text: 'done' }] } }),
+    codexLab({
+      ...o,
+      script: { steps: [...files.map((f) => ({ exec: `cat src/app.js ${f} 2>/dev/null; true` })), { text: 'done' }] },
+    }),
   );
 } else console.log('Codex CLI not installed: skipped (the e2e tier installs it)');
 if (only && only !== 'gemini') {
@@ -77,7 +83,10 @@ if (only && only !== 'gemini') {
       ...o,
       script: {
         steps: [
-          ...files.map((_, i) => ({ tool: 'read_file', args: { file_path: '{{workdir}}/src/app.js', start_line: 1, end_line: i + 1 } })),
+          ...files.map((_, i) => ({
+            tool: 'read_file',
+            args: { file_path: '{{workdir}}/src/app.js', start_line: 1, end_line: i + 1 },
+          })),
           { text: 'done' },
         ],
       },

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
+import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { GEMINI_VERSION, type GeminiLab, geminiLab, needsGemini } from './helpers/gemini.ts';
 import { testVigil } from './helpers/index.ts';
@@ -38,6 +39,9 @@ async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: str
 const vigilDenials = (lab: GeminiLab) =>
   lab.results().filter((t) => t.status === 'error' && String(t.error?.message ?? t.output ?? '').includes('Vigil:'));
 const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
+/** `vigil replay` over the lab's chat files: the verdict per session. */
+const replayed = async (lab: GeminiLab) =>
+  new Map((await runReplay(`${lab.home}/.gemini/tmp`, {})).sessions.map((x) => [x.session, x]));
 
 describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`, () => {
   describe('warn', () => {
@@ -65,6 +69,8 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
         expect(row.top_target).toBe('read src/app.js');
         expect(row.sensor).toBe('gemini');
         expect(row.cannot_act).toBe('toast none');
+        // vigil replay over the chat file gives the live verdict
+        expect((await replayed(lab)).get(sid)?.verdict).toBe('looping');
       } finally {
         await lab.stop();
       }
@@ -79,6 +85,7 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
         const row = await rowOf(s.vigil, r.sessionId as string);
         expect(row.verdict).toBe('looping');
         expect(row.reason).toMatch(/sh check\.sh|read src\/app\.js/);
+        expect((await replayed(lab)).get(r.sessionId as string)?.verdict).toBe('looping');
       } finally {
         await lab.stop();
       }
@@ -131,6 +138,7 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
         expect(row.verdict).toBe('ok');
         expect(row.landed).toBeGreaterThanOrEqual(1);
         expect(vigilDenials(lab)).toEqual([]);
+        expect((await replayed(lab)).get(r.sessionId as string)?.verdict).toBe('ok');
       } finally {
         await lab.stop();
       }

@@ -15,7 +15,8 @@ export interface RolloutSession {
 }
 
 /** True when `head` (a file's first bytes) is a Codex rollout's first line. */
-export const isRollout = (head: string): boolean => /^\{"timestamp":"[^"]*","(ordinal":\d+,")?type":"session_meta"/.test(head);
+export const isRollout = (head: string): boolean =>
+  /^\{"timestamp":"[^"]*","(ordinal":\d+,")?type":"session_meta"/.test(head);
 
 export function rolloutSession(text: string): RolloutSession | undefined {
   const first = readRollout(text.slice(0, text.indexOf('\n') + 1 || text.length), undefined, 0);

@@ -12,7 +12,10 @@ describe('identityOf: one table of header names per sensor', () => {
   it("Codex: the thread-id is the conversation, a subagent's parent its x-codex-parent-thread-id", () => {
     const root = '01a23306-8d85-7212-b9c5-15c92585db4a';
     const child = '01a23306-8fbb-7ec3-8045-3140400f7a22';
-    expect(identityOf(req({ 'session-id': root, 'thread-id': root }), sensors)).toEqual({ conversation: root, model: 'm' });
+    expect(identityOf(req({ 'session-id': root, 'thread-id': root }), sensors)).toEqual({
+      conversation: root,
+      model: 'm',
+    });
     expect(
       identityOf(req({ 'session-id': root, 'thread-id': child, 'x-codex-parent-thread-id': root }), sensors),
     ).toEqual({ conversation: child, parent: root, model: 'm' });
