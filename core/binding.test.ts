@@ -6,13 +6,7 @@ import { backends, REDIS_URL, testPrefix, withMemory } from '../test/helpers/ind
 import { SessionBindings } from './binding.ts';
 import { FakeClock } from './clock.ts';
 import { isAppError } from './errors.ts';
-import {
-  loadSensorSecret,
-  parseSessionKeys,
-  sensorSecretFile,
-  sessionKey,
-  sessionKeyHeader,
-} from './session-key.ts';
+import { loadSensorSecret, parseSessionKeys, sensorSecretFile, sessionKey, sessionKeyHeader } from './session-key.ts';
 import { keys, TTL } from './store/keys.ts';
 import { MemoryStore } from './store/memory.ts';
 import { RedisStore } from './store/redis.ts';

@@ -166,9 +166,9 @@ describe.each(backends())('session keys over HTTP (%s)', (backend) => {
   it('a forged ack or compaction_done is refused and the refusal stays; the real key lifts it', async () => {
     const { a, b } = await services(backend);
     await pluginReports(a);
-    expect(
-      (await call(a.url, 'POST', '/verdicts', { body: looping(CHILD), headers: key(SECRET, CHILD) })).status,
-    ).toBe(202);
+    expect((await call(a.url, 'POST', '/verdicts', { body: looping(CHILD), headers: key(SECRET, CHILD) })).status).toBe(
+      202,
+    );
     expect(await gate(b.url, CHILD)).toBe('refuse');
 
     // Without the key, GET /directives hands out nothing: no ids, no sessions.

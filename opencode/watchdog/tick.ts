@@ -59,14 +59,20 @@ export function watchdogKnobs(cfg: VigilConfig): NoProgressKnobs {
   return { ...progress, read_only_agents: ro };
 }
 
-/** The plugin's session keys (same user, same sensor secret); none when the secret cannot be read or made. */
+/**
+ * The plugin's session keys (same user, same sensor secret), read each tick. Never made
+ * here: without the file no sensor of this user has bound a session, so keyless
+ * reports pass; an unreadable or bad file is logged and the reports go without keys.
+ */
 function sessionSigner(env: NodeJS.ProcessEnv, log: Logger): Pick<ServiceTarget, 'sessionKey'> {
   const file = sensorSecretFile(env);
   try {
-    const secret = loadSensorSecret(file, { create: true });
+    const secret = loadSensorSecret(file, { create: false });
     return { sessionKey: (id) => sessionKey(secret, id) };
   } catch (err) {
-    log.warn({ file, err: (err as Error).message }, 'no sensor secret: reports go without session keys');
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+      log.warn({ file, err: (err as Error).message }, 'sensor secret unreadable: reports go without session keys');
+    }
     return {};
   }
 }

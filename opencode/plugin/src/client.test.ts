@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseSessionKeys, sessionKey } from '../../../core/session-key.ts';
 import type { ProgressEvent } from '../../../core/wire.ts';
 import { type Trouble, VigilClient } from './client.ts';
 
@@ -141,6 +142,60 @@ describe('VigilClient', () => {
     mode = 'down';
     expect(await c.directives('ses_a')).toBeUndefined();
     expect(await c.ack([{ id: 'd1', root_id: 'ses_a', session_id: 'ses_a' }])).toBe(false);
+    await c.close();
+  });
+
+  it('sends the key of every session a request names: progress (with parents), directive reads, acks', async () => {
+    const secret = Buffer.alloc(32, 5);
+    const c = new VigilClient({
+      url,
+      pluginId: 'p/1',
+      ...fast,
+      flushDelayMs: 50,
+      sessionKey: (id) => sessionKey(secret, id),
+    });
+    c.send(ev(0));
+    c.send({ ...ev(1), session_id: 'ses_kid', parent_session_id: 'ses_a' });
+    await until('the batch', () => c.stats.sent === 2);
+    await c.directives('ses_kid');
+    await c.ack([
+      { id: 'd1', root_id: 'ses_a', session_id: 'ses_kid' },
+      { id: 'd2', root_id: 'ses_a', session_id: 'ses_kid' },
+    ]);
+    const keysOf = (h: Hit) => {
+      const k = parseSessionKeys(h.headers['x-vigil-session-key'] as string);
+      if (typeof k === 'string') throw new Error(k);
+      return Object.fromEntries(k.bySession);
+    };
+    const k = (id: string) => sessionKey(secret, id);
+    expect(hits.map((h) => [h.url, keysOf(h)])).toEqual([
+      ['/progress', { ses_a: k('ses_a'), ses_kid: k('ses_kid') }],
+      ['/directives?session=ses_kid', { ses_kid: k('ses_kid') }],
+      ['/directives/ack', { ses_kid: k('ses_kid') }],
+    ]);
+    await c.close();
+  });
+
+  it('splits a batch so no request names more sessions than one key header holds', async () => {
+    const c = new VigilClient({
+      url,
+      pluginId: 'p/1',
+      ...fast,
+      flushDelayMs: 50,
+      sessionKey: (id) => `k${id}`.repeat(8),
+    });
+    for (let i = 0; i < 150; i++) c.send({ ...ev(i), session_id: `ses_${i}` });
+    await until('all sent', () => c.stats.sent === 150);
+    expect(hits.map((h) => h.body.length)).toEqual([100, 50]);
+    for (const h of hits) expect(String(h.headers['x-vigil-session-key']).split(' ')).toHaveLength(h.body.length);
+    await c.close();
+  });
+
+  it('without a key source it sends no key header (an older service, no secret)', async () => {
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast });
+    c.send(ev(0));
+    await until('sent', () => c.stats.sent === 1);
+    expect(hits[0].headers['x-vigil-session-key']).toBeUndefined();
     await c.close();
   });
 

@@ -181,9 +181,7 @@ export class VigilClient {
 
   /** Pending directives of a session's tree; undefined when the service did not answer. */
   async directives(sessionID: string): Promise<Directive[] | undefined> {
-    const r = await this.request('GET', `/directives?session=${encodeURIComponent(sessionID)}`, undefined, [
-      sessionID,
-    ]);
+    const r = await this.request('GET', `/directives?session=${encodeURIComponent(sessionID)}`, undefined, [sessionID]);
     if (r.kind !== 'ok') return undefined;
     const ds = (r.body as { directives?: unknown } | undefined)?.directives;
     return Array.isArray(ds) ? (ds as Directive[]) : [];
@@ -233,7 +231,8 @@ export class VigilClient {
       return { kind: 'ok', body: parsed };
     }
     if (res.status === 404 || res.status === 405) this.trouble('not_vigil', `answered ${res.status}`);
-    else if (res.status === 401 || res.status === 403) this.trouble('unauthorized', `answered ${res.status}${codeOf(text)}`);
+    else if (res.status === 401 || res.status === 403)
+      this.trouble('unauthorized', `answered ${res.status}${codeOf(text)}`);
     else if (res.status >= 500) this.trouble('unreachable', `answered ${res.status}`);
     else if (res.status !== 408 && res.status !== 429) this.troubled = false; // Vigil is there: a bad batch
     // Not Vigil (nothing of it at this URL) is kept and retried like an outage; a 4xx from
