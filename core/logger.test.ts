@@ -21,7 +21,7 @@ describe('logger redaction', () => {
     expect(lines.join('')).toContain('[REDACTED]');
   });
 
-  it('redacts the sensor routes\' token and session key headers', () => {
+  it("redacts the sensor routes' token and session key headers", () => {
     const { lines, log } = capture();
     const headers = { 'x-vigil-session-key': 'ses_a=k3y-of-ses-a', 'x-vigil-token': 't0ken' };
     log.info({ req: { headers }, headers, res: { headers } }, 'request');
