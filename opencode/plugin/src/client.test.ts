@@ -191,6 +191,22 @@ describe('VigilClient', () => {
     await c.close();
   });
 
+  it('a refusal for a session bound to another key is said as such (SESSION_KEY_MISMATCH)', async () => {
+    const troubles: Trouble[] = [];
+    server.removeAllListeners('request');
+    server.on('request', (_req, res) =>
+      res
+        .writeHead(403, { 'content-type': 'application/json' })
+        .end('{"statusCode":403,"code":"SESSION_KEY_MISMATCH","message":"headers.x-vigil-session-key: ..."}'),
+    );
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast, onTrouble: (t) => troubles.push(t) });
+    c.send(ev(0));
+    await c.flush();
+    expect(troubles).toEqual([{ kind: 'unauthorized', url, detail: 'answered 403 SESSION_KEY_MISMATCH' }]);
+    expect(c.stats.rejected).toBe(1);
+    await c.close();
+  });
+
   it('without a key source it sends no key header (an older service, no secret)', async () => {
     const c = new VigilClient({ url, pluginId: 'p/1', ...fast });
     c.send(ev(0));
