@@ -231,6 +231,42 @@ describe.each(backends())('session keys over HTTP (%s)', (backend) => {
     }
   });
 
+  it('a member that joined the tree without a key (a gate check, a router record) cannot lift it', async () => {
+    const { a, b } = await services(backend);
+    await pluginReports(a);
+    await call(a.url, 'POST', '/verdicts', { body: looping(CHILD), headers: key(SECRET, CHILD) });
+    expect(await gate(b.url, CHILD)).toBe('refuse');
+    // The gate and request records name a parent with the ingestion token alone: the member joins.
+    await call(b.url, 'POST', '/gate', { body: { conversation: 'ses_joined', parent: ROOT } });
+    await call(b.url, 'POST', '/requests', {
+      body: {
+        session_id: 'ses_joined2',
+        parent_session_id: 'ses_joined',
+        request_id: 'r1',
+        model: 'a/b',
+        prompt_tokens: 1,
+        ts: Date.now(),
+      },
+    });
+    expect((await b.v.tree.info('ses_joined2')).root).toBe(ROOT);
+    // Its compaction_done (keyless: it is unbound) names the tree's root, which is bound.
+    for (const s of ['ses_joined', 'ses_joined2']) {
+      const done = { kind: 'compaction_done', session_id: s, ts: Date.now(), landed: false };
+      expectRefused(await call(b.url, 'POST', '/progress', { body: done }), ROOT);
+    }
+    // A new member naming the joined one as its parent: the same root.
+    const viaParent = {
+      kind: 'compaction_done',
+      session_id: 'ses_new',
+      parent_session_id: 'ses_joined2',
+      ts: Date.now(),
+      landed: false,
+    };
+    expectRefused(await call(b.url, 'POST', '/progress', { body: viaParent }), ROOT);
+    expect(await gate(b.url, CHILD)).toBe('refuse');
+    expect((await a.v.engine.treeState(ROOT))?.awaiting_compaction?.session).toBe(ROOT);
+  });
+
   it('unbound sessions take keyless inputs as before; the admin Resume needs no session key', async () => {
     const { a, b } = await services(backend);
     // A sensor that sends no key (an older plugin): nothing is bound, nothing refused.

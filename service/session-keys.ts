@@ -22,6 +22,24 @@ export function namedSessions(items: readonly { session_id: string; parent_sessi
 }
 
 /**
+ * The sessions progress events name, and for a `compaction_done` (it ends a tree's
+ * recovery) the root of the tree it would lift: a member that joined the tree through a
+ * route without keys (a router's record, a gate check naming a parent) cannot lift it.
+ */
+export async function withLiftedRoots(
+  vigil: Vigil,
+  events: readonly { kind?: string; session_id: string; parent_session_id?: string | null }[],
+): Promise<string[]> {
+  const named = namedSessions(events);
+  for (const e of events) {
+    if (e.kind !== 'compaction_done') continue;
+    named.push(await vigil.tree.rootOf(e.session_id));
+    if (e.parent_session_id) named.push(await vigil.tree.rootOf(e.parent_session_id));
+  }
+  return [...new Set(named)];
+}
+
+/**
  * Refuses the request (403 SESSION_KEY_MISMATCH, before anything is judged) when a
  * session it names is bound to a key the header does not carry; binds the sessions it
  * names for the first time with a key. A malformed header is a 400 naming it.

@@ -13,7 +13,7 @@ import {
   RequestRecordSchema,
 } from '../../core/wire.ts';
 import { SENSOR_ROUTE } from '../auth.ts';
-import { checkSessionKeys, namedSessions } from '../session-keys.ts';
+import { checkSessionKeys, namedSessions, withLiftedRoots } from '../session-keys.ts';
 
 /** The plugin names itself and its version in this header, so /health can show stale installs. */
 export const PLUGIN_HEADER = 'x-vigil-plugin';
@@ -94,7 +94,7 @@ export const ingestRoutes =
       async (req, reply) => {
         const events = Array.isArray(req.body) ? req.body : [req.body];
         checkTimes(events, Array.isArray(req.body));
-        await checkSessionKeys(vigil, req, namedSessions(events));
+        await checkSessionKeys(vigil, req, await withLiftedRoots(vigil, events));
         const changes = await vigil.judge(events, {
           plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]),
         });

@@ -176,6 +176,24 @@ describe('VigilClient', () => {
     await c.close();
   });
 
+  it("a compaction_done carries its tree root's key too (it lifts the tree)", async () => {
+    const secret = Buffer.alloc(32, 6);
+    const c = new VigilClient({
+      url,
+      pluginId: 'p/1',
+      ...fast,
+      sessionKey: (id) => sessionKey(secret, id),
+      rootOf: (id) => (id === 'ses_grandkid' || id === 'ses_kid' ? 'ses_top' : id),
+    });
+    c.send({ kind: 'compaction_done', session_id: 'ses_grandkid', parent_session_id: 'ses_kid', ts: 1, landed: false });
+    await until('sent', () => c.stats.sent === 1);
+    const k = parseSessionKeys(hits[0].headers['x-vigil-session-key'] as string);
+    if (typeof k === 'string') throw new Error(k);
+    expect([...k.bySession.keys()].sort()).toEqual(['ses_grandkid', 'ses_kid', 'ses_top']);
+    expect(k.bySession.get('ses_top')).toBe(sessionKey(secret, 'ses_top'));
+    await c.close();
+  });
+
   it('splits a batch so no request names more sessions than one key header holds', async () => {
     const c = new VigilClient({
       url,

@@ -34,6 +34,8 @@ export interface VigilClientOptions {
    * secret (the requests then go without, as before).
    */
   sessionKey?: (sessionId: string) => string | undefined;
+  /** A session's root as the plugin knows it: a `compaction_done` carries the root's key too (it lifts the tree). */
+  rootOf?: (sessionId: string) => string;
   /** Per request (ms). */
   timeoutMs?: number;
   /** Events kept while the service is unreachable; past it the oldest go. */
@@ -71,7 +73,7 @@ export class VigilClient {
   private troubled = false;
   private readonly base: string;
   private readonly o: Required<
-    Omit<VigilClientOptions, 'onDirectives' | 'onTrouble' | 'fetch' | 'log' | 'token' | 'sessionKey'>
+    Omit<VigilClientOptions, 'onDirectives' | 'onTrouble' | 'fetch' | 'log' | 'token' | 'sessionKey' | 'rootOf'>
   >;
   private readonly fetch: typeof fetch;
   private readonly log: Log;
@@ -134,7 +136,7 @@ export class VigilClient {
   private async drain(): Promise<void> {
     while (this.buffer.length) {
       const batch = this.buffer.splice(0, this.batchSize());
-      const r = await this.request('POST', '/progress', batch, namedIn(batch));
+      const r = await this.request('POST', '/progress', batch, namedIn(batch, this.opts.rootOf));
       if (r.kind === 'ok') {
         this.backoffMs = 0;
         this.stats.sent += batch.length;
@@ -163,9 +165,7 @@ export class VigilClient {
     const named = new Set<string>();
     let n = 0;
     for (; n < this.buffer.length && n < this.o.batchMax; n++) {
-      const ev = this.buffer[n];
-      named.add(ev.session_id);
-      if (ev.parent_session_id) named.add(ev.parent_session_id);
+      for (const id of namesOf(this.buffer[n], this.opts.rootOf)) named.add(id);
       if (named.size > MAX_KEYED_SESSIONS) break;
     }
     return Math.max(1, n);
@@ -287,14 +287,21 @@ function codeOf(text: string): string {
   }
 }
 
-/** The sessions a batch names: each event's session and its parent (joining a tree names the parent). */
-function namedIn(batch: readonly ProgressEvent[]): string[] {
+/**
+ * The sessions a batch names: each event's session and its parent (joining a tree names
+ * the parent), and for a `compaction_done` its root (service/session-keys.ts).
+ */
+function namedIn(batch: readonly ProgressEvent[], rootOf?: (id: string) => string): string[] {
   const out = new Set<string>();
-  for (const ev of batch) {
-    out.add(ev.session_id);
-    if (ev.parent_session_id) out.add(ev.parent_session_id);
-  }
+  for (const ev of batch) for (const id of namesOf(ev, rootOf)) out.add(id);
   return [...out];
+}
+
+function namesOf(ev: ProgressEvent, rootOf?: (id: string) => string): string[] {
+  const out = [ev.session_id];
+  if (ev.parent_session_id) out.push(ev.parent_session_id);
+  if (ev.kind === 'compaction_done' && rootOf) out.push(rootOf(ev.parent_session_id ?? ev.session_id));
+  return out;
 }
 
 /** A short reason for a failed fetch: the network error code when there is one. */
