@@ -54,7 +54,8 @@ describe('dependency rules', () => {
     const name = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).name as string;
     const bad: string[] = [];
     for (const f of files('core'))
-      for (const spec of specifiers(f)) if (spec === name || spec.startsWith(`${name}/`)) bad.push(`${f} imports ${spec}`);
+      for (const spec of specifiers(f))
+        if (spec === name || spec.startsWith(`${name}/`)) bad.push(`${f} imports ${spec}`);
     expect(bad).toEqual([]);
   });
 
