@@ -8,7 +8,7 @@ import type { Store } from './store/store.ts';
 
 // Which sensor a session belongs to (docs/api.md, Session keys). The first input that
 // names a session with a key binds the session to that key (trust on first use): the
-// store keeps the key's sha256, set only if absent, so every instance agrees on the
+// store keeps a hash of the key, set only if absent, so every instance agrees on the
 // first. From then on an input naming the session without that key is refused whole.
 // A session no key has named yet takes keyless inputs as before (sensors that send no
 // key, embedders' in-process calls). Bindings never change, so each instance caches
@@ -20,11 +20,16 @@ const CACHED = 100_000;
 /** A cached binding older than this is written again with a fresh expiry when its key is used. */
 const RENEW_MS = 3_600_000;
 
-const hashOf = (key: string) => createHash('sha256').update(key).digest('hex');
+/**
+ * What the store keeps of a key: the first 128 bits of its sha256, base64url (22
+ * characters; a binding costs about 140 bytes in Redis). Finding another key with the
+ * same 128 bits is as hard as guessing the key.
+ */
+const hashOf = (key: string) => createHash('sha256').update(key).digest().subarray(0, 16).toString('base64url');
 
 function same(a: string, b: string): boolean {
-  const x = Buffer.from(a, 'hex');
-  const y = Buffer.from(b, 'hex');
+  const x = Buffer.from(a, 'base64url');
+  const y = Buffer.from(b, 'base64url');
   return x.length === y.length && timingSafeEqual(x, y);
 }
 

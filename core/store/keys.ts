@@ -36,7 +36,7 @@ export const keys = {
   parent: (session: string) => `parent:${session}`,
   meta: (session: string) => `meta:${session}`,
   metaPrefix: 'meta:',
-  /** The sha256 of the sensor key a session is bound to (core/binding.ts). */
+  /** A hash of the sensor key a session is bound to (core/binding.ts). */
   binding: (session: string) => `bind:${session}`,
   /** Every tracked session, scored by its last activity: the cap evicts the least recently active. */
   sessions: 'sessions',
