@@ -1,3 +1,4 @@
+import 'reflect-metadata';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';

@@ -1,6 +1,8 @@
 // `vigil serve` as shipped (its own process, default config and log level) under load,
 // each figure beside its baseline measured in the same run:
 // - POST /progress on the memory backend vs a bare fastify route with the same bodies;
+// - the same with each session's key (X-Vigil-Session-Key, as the plugin sends it) vs
+//   without, per backend;
 // - the same on Redis vs memory, and N instances on one Redis vs one;
 // - the gate's p99 while a channel hangs for 30 s vs a channel that answers at once
 //   (an embedding with such a channel, bench/service-server.ts).
@@ -8,10 +10,11 @@
 // over them.
 //   npm run bench:service [-- --backend memory|redis|both --instances 2 --duration 10 --connections 10]
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { z } from 'zod';
+import { sessionKey } from '../core/session-key.ts';
 import { benchArgs } from './args.ts';
 import { deleteKeys, track, vigilServe } from './serve.ts';
 
@@ -56,6 +59,10 @@ const calls = Array.from({ length: 20_000 }, (_, i) => ({
   landed: i % 50 === 0,
 }));
 const t0 = Date.now() - 60_000;
+// Each session's key from a secret of this run, as the plugin derives it.
+const secret = randomBytes(32);
+const keyOf = new Map(calls.slice(0, 200).map((c) => [c.session, `${c.session}=${sessionKey(secret, c.session)}`]));
+const keyed = (i: number) => ({ 'x-vigil-session-key': keyOf.get(calls[i % calls.length].session) as string });
 const ev = (i: number) => {
   const c = calls[i % calls.length];
   return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${t0 + (i % 60_000)}}`;
@@ -88,14 +95,19 @@ function cpuOf(pid: number | undefined): number | undefined {
  * Each session's events go to one instance (the k-th url gets the sessions k mod N), as
  * a plugin that keeps its connection to one instance sends them.
  */
-async function load(urls: string[], path: string, body: (i: number) => string): Promise<Load> {
+async function load(
+  urls: string[],
+  path: string,
+  body: (i: number) => string,
+  headers?: (i: number) => Record<string, string>,
+): Promise<Load> {
   const n = urls.length;
   const per = Math.max(1, Math.round(args.connections / n));
   const rs = await Promise.all(
     urls.map((url, k) => {
       let i = k;
-      const next = () => {
-        const b = body(i);
+      const next = (req: { headers?: Record<string, string> }) => {
+        const b = { ...req, body: body(i), ...(headers ? { headers: { ...req.headers, ...headers(i) } } : {}) };
         i += n;
         return b;
       };
@@ -105,7 +117,7 @@ async function load(urls: string[], path: string, body: (i: number) => string): 
         connections: per,
         duration: args.duration,
         headers: { 'content-type': 'application/json' },
-        requests: [{ setupRequest: (req) => ({ ...req, body: next() }) }],
+        requests: [{ setupRequest: (req) => next(req as { headers?: Record<string, string> }) as typeof req }],
       });
     }),
   );
@@ -122,14 +134,15 @@ async function measure(
   start: () => Promise<{ url: string; child: ChildProcess }[]>,
   path: string,
   body: (i: number) => string,
+  headers?: (i: number) => Record<string, string>,
 ): Promise<Load> {
   const servers = await start();
   try {
     const urls = servers.map((s) => s.url);
-    await load(urls, path, body).catch(() => undefined); // warm-up
+    await load(urls, path, body, headers).catch(() => undefined); // warm-up
     const cpu = () => servers.reduce((a, s) => a + (cpuOf(s.child.pid) ?? Number.NaN), 0);
     const before = cpu();
-    const r = await load(urls, path, body);
+    const r = await load(urls, path, body, headers);
     const used = cpu() - before;
     return { ...r, ...(Number.isFinite(used) && r.requests ? { cpuUs: used / r.requests } : {}) };
   } finally {
@@ -172,12 +185,18 @@ try {
     mem = await measure(async () => [await vigilServe(memory)], '/progress', ev);
     out.push(line('vigil serve, memory: POST /progress', mem));
     out.push(`  memory vs bare fastify: ${ratio(mem, bare)}   (goal >= 0.8x)`);
+    const memKeyed = await measure(async () => [await vigilServe(memory)], '/progress', ev, keyed);
+    out.push(line('vigil serve, memory: with session keys', memKeyed));
+    out.push(`  memory, keys vs none: ${ratio(memKeyed, mem)}`);
   }
   if (args.backend !== 'memory') {
     const one = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev);
     out.push(line('vigil serve, redis x1: POST /progress', one));
     out.push(`  redis x1 vs bare fastify: ${ratio(one, bare)}`);
     if (mem) out.push(`  redis x1 vs memory: ${ratio(one, mem)}   (goal >= 0.5x)`);
+    const oneKeyed = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, keyed);
+    out.push(line('vigil serve, redis x1: with session keys', oneKeyed));
+    out.push(`  redis x1, keys vs none: ${ratio(oneKeyed, one)}`);
     if (args.instances > 1) {
       const n = args.instances;
       const many = await measure(

@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import type { z } from 'zod';
+import { SessionBindings } from './binding.ts';
 import { type Clock, systemClock } from './clock.ts';
 import {
   type ChannelEntry,
@@ -42,7 +43,6 @@ import {
   type DirectiveSpec,
   type GateAnswer,
   type GateQuery,
-  type Heartbeat,
   type ProgressEvent,
   type ProgressEventInput,
   ProgressEventSchema,
@@ -113,12 +113,15 @@ export class Vigil {
   readonly toggles: ChannelToggles;
   readonly metrics: Metrics;
   readonly tree: SessionTree;
+  /** Which sensor key each session is bound to (the sensor routes check it). */
+  readonly bindings: SessionBindings;
   readonly engine: Engine;
   /** transition, tree, delivery, knobs, channel, heartbeat: what the admin page streams. */
   readonly events = new EventEmitter();
   /** Watchdog heartbeat and plugin builds seen, for /health. */
   readonly health = {
-    watchdog: undefined as undefined | { last_tick_at: number; result: Heartbeat['result']; received_at: number },
+    // The outside watcher's latest tick as it reported it (its shape is its own: the route validates it).
+    watchdog: undefined as undefined | { last_tick_at: number; result: { status: string }; received_at: number },
     plugins: new Lru<string, number>(50),
   };
   private started = false;
@@ -165,6 +168,7 @@ export class Vigil {
     );
     c.register(TOKENS.Metrics, { useValue: this.metrics });
     this.tree = new SessionTree(store, clock);
+    this.bindings = new SessionBindings(store, clock);
     c.register(TOKENS.Tree, { useValue: this.tree });
 
     this.deliveryLog = new DeliveryLog(store, config.notifications.log_size, this.events);

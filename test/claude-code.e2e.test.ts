@@ -1,6 +1,9 @@
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
+import { runReplay } from '../detectors/no-progress/replay/replay.ts';
+import { loadClaudeTranscripts } from '../sensors/claude-code/transcripts.ts';
 import { identityOf } from '../service/router.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { CC_VERSION, type ClaudeLab, claudeLab, needsClaudeCode } from './helpers/claude-code.ts';
@@ -35,6 +38,20 @@ async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: str
 const vigilDenials = (lab: ClaudeLab) => lab.toolResults().filter((t) => t.is_error && t.text.includes('Vigil:'));
 /** The gate identity of a model request Claude Code sent (its real headers, from the fake API's log). */
 const gateIdentity = (q: Record<string, any>) => identityOf({ headers: q.headers, body: {} } as never);
+/**
+ * `vigil replay` over the transcripts the run left in HOME gives every session the
+ * verdict the live run gave it (the live Sessions readout), by the same mapping.
+ */
+async function expectReplayAgrees(lab: ClaudeLab, v: Vigil, root: string): Promise<void> {
+  const r = await runReplay(loadClaudeTranscripts(join(lab.home, '.claude', 'projects')));
+  const replayed = Object.fromEntries(r.sessions.map((x) => [x.session, x.verdict]));
+  const live = Object.fromEntries(
+    (await v.engine.sessionRows()).filter((x) => x.root === root).map((x) => [x.session, x.verdict]),
+  );
+  expect(Object.keys(replayed).length).toBeGreaterThan(0);
+  expect(replayed).toEqual(live);
+}
+
 const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
 
 describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, () => {
@@ -65,6 +82,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         // warn asks for toasts: this agent has no window for them, and the readout says so
         expect(row.cannot_act).toBe('toast none');
         expect((await s.vigil.notifier.openAlerts()).some((a) => a.dedup_key.includes(sid))).toBe(true);
+        await expectReplayAgrees(lab, s.vigil, sid);
       } finally {
         await lab.stop();
       }
@@ -79,6 +97,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         const row = await rowOf(s.vigil, r.sessionId as string);
         expect(row.verdict).toBe('looping');
         expect(row.reason).toMatch(/sh check\.sh|read src\/app\.js/);
+        await expectReplayAgrees(lab, s.vigil, r.sessionId as string);
       } finally {
         await lab.stop();
       }
@@ -123,6 +142,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         // the incident is the tree's (keyed by its root), and names the child
         const inc = (await s.vigil.notifier.openAlerts()).find((a) => a.dedup_key.startsWith(sid));
         expect(inc?.title).toContain(child?.session as string);
+        await expectReplayAgrees(lab, s.vigil, sid);
       } finally {
         await lab.stop();
       }
@@ -143,6 +163,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         expect((await s.vigil.notifier.openAlerts()).some((a) => a.dedup_key.includes(r.sessionId as string))).toBe(
           false,
         );
+        await expectReplayAgrees(lab, s.vigil, r.sessionId as string);
       } finally {
         await lab.stop();
       }

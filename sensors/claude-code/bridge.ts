@@ -1,8 +1,8 @@
 import { closeSync, mkdirSync, openSync, readFileSync, readSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { z } from 'zod';
-import { DirectiveSchema, type ProgressEvent } from '../../core/wire.ts';
+import { z } from 'zod/mini';
+import type { Directive, ProgressEvent } from '../../core/wire.ts';
 import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { clientSettings, VigilClient } from './client.ts';
@@ -31,9 +31,9 @@ interface BridgeState {
 }
 
 const StateSchema = z.object({
-  trackers: z.record(z.string(), z.object({ failing: z.array(z.string()).max(64) })).default({}),
-  sent: z.array(z.string()).max(1000).default([]),
-  turns: z.array(z.string()).max(1000).default([]),
+  trackers: z._default(z.record(z.string(), z.object({ failing: z.array(z.string()).check(z.maxLength(64)) })), {}),
+  sent: z._default(z.array(z.string()).check(z.maxLength(1000)), []),
+  turns: z._default(z.array(z.string()).check(z.maxLength(1000)), []),
 });
 
 const SENT_MAX = 500;
@@ -97,7 +97,17 @@ export function transcriptOf(p: HookPayload): string | undefined {
   return join(dirname(p.transcript_path), p.session_id, 'subagents', `agent-${p.agent_id}.jsonl`);
 }
 
-const DirectivesOut = z.object({ directives: z.array(DirectiveSchema).max(1000) });
+/** The fields of a directive the answers read (core/wire.ts DirectiveSchema has the whole shape; the service sent it). */
+const DirectiveIn = z.looseObject({
+  id: z.string().check(z.minLength(1), z.maxLength(64)),
+  type: z.enum(['toast', 'abort', 'compact', 'lift', 'fresh', 'block']),
+  session_id: z.string().check(z.minLength(1), z.maxLength(128)),
+  root_id: z.string().check(z.minLength(1), z.maxLength(128)),
+  scope: z.optional(z.enum(['session', 'tree'])),
+  reason: z.optional(z.string().check(z.maxLength(300))),
+  report: z.optional(z.string().check(z.maxLength(16_384))),
+});
+const DirectivesOut = z.object({ directives: z.array(DirectiveIn).check(z.maxLength(1000)) });
 
 export interface HookResult {
   /** What to print on stdout ('' for no opinion). */
@@ -183,7 +193,11 @@ export async function runHook(
     : await client.request('GET', `/directives?session=${encodeURIComponent(p.agent_id ? p.session_id : session)}`);
   const d = DirectivesOut.safeParse(out);
   if (!d.success) return { stdout: '' };
-  const a = answer({ event: name, session, ...(p.agent_id ? { parent: p.session_id } : {}) }, d.data.directives, now);
+  const a = answer(
+    { event: name, session, ...(p.agent_id ? { parent: p.session_id } : {}) },
+    d.data.directives as Directive[],
+    now,
+  );
   // Acknowledged before the markers: the mode ends a recovery's refusal of an aborted
   // root on the ack, then lifts the rest on the marker.
   if (a.acks.length) await client.request('POST', '/directives/ack', { acks: a.acks });

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import { z } from 'zod/mini';
 
 // The hook bridge's one HTTP client: every request to Vigil goes through here, with
 // the sensor's name in x-vigil-plugin, the ingestion token when set, and a hard
@@ -10,8 +10,8 @@ export const HOOK_VERSION = typeof __VIGIL_HOOK_VERSION__ === 'string' ? __VIGIL
 export const HOOK_ID = `vigil-claude-code/${HOOK_VERSION}`;
 
 const Env = z.object({
-  VIGIL_URL: z.url({ protocol: /^https?$/ }).optional(),
-  VIGIL_HOOK_TIMEOUT_MS: z.coerce.number().int().min(50).max(30_000).optional(),
+  VIGIL_URL: z.optional(z.url({ protocol: /^https?$/ })),
+  VIGIL_HOOK_TIMEOUT_MS: z.optional(z.coerce.number().check(z.int(), z.minimum(50), z.maximum(30_000))),
 });
 
 export interface ClientSettings {

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { z } from 'zod';
@@ -162,7 +162,11 @@ export const claudeCodeInstaller: AgentInstaller<Options> = {
     const where = locations(o, ctx);
     const hadHook = existsSync(where.hook);
     const version = hadHook ? versionOf(readFileSync(where.hook, 'utf8')) : undefined;
-    if (hadHook) rmSync(where.hook, { force: true });
+    if (hadHook) {
+      rmSync(where.hook, { force: true });
+      // its directory too, when nothing else is in it
+      if (readdirSync(dirname(where.hook)).length === 0) rmSync(dirname(where.hook), { recursive: true });
+    }
     const { settings, text } = readSettings(where.settings);
     const next = withoutVigil(settings);
     const changed = text !== undefined && JSON.stringify(next) !== JSON.stringify(settings);

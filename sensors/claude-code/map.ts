@@ -1,4 +1,5 @@
-import { z } from 'zod';
+// zod/mini: the hook bundle starts on every tool call, and the classic build is most of its size.
+import { z } from 'zod/mini';
 import type { AssistantEvent, PromptEvent, ToolEvent } from '../../core/wire.ts';
 import { judgeLanded, type LandedTracker } from '../shared/landed.ts';
 import { normalizeCall, resultFingerprint, sanitizeTarget, textFingerprint } from '../shared/normalize.ts';
@@ -14,35 +15,34 @@ export { sessionKey } from './identity.ts';
 
 const Id = z
   .string()
-  .min(1)
-  .max(100)
-  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+  .check(z.minLength(1), z.maxLength(100), z.regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces'));
+const Str = (min: number, max: number) => z.string().check(z.minLength(min), z.maxLength(max));
 
 /** The fields every hook payload has (Claude Code sends more; only these are read). */
 const Common = {
   session_id: Id,
-  hook_event_name: z.string().min(1).max(64),
-  transcript_path: z.string().max(4096).optional(),
-  cwd: z.string().max(4096).optional(),
-  prompt_id: Id.optional(),
+  hook_event_name: Str(1, 64),
+  transcript_path: z.optional(Str(0, 4096)),
+  cwd: z.optional(Str(0, 4096)),
+  prompt_id: z.optional(Id),
   /** Present only in a subagent's payloads (the main thread's have no such key). */
-  agent_id: Id.optional(),
-  agent_type: z.string().min(1).max(200).optional(),
+  agent_id: z.optional(Id),
+  agent_type: z.optional(Str(1, 200)),
 };
 
 export const ToolPayloadSchema = z.looseObject({
   ...Common,
   hook_event_name: z.enum(['PreToolUse', 'PostToolUse', 'PostToolUseFailure']),
-  tool_name: z.string().min(1).max(200),
-  tool_input: z.unknown().optional(),
+  tool_name: Str(1, 200),
+  tool_input: z.optional(z.unknown()),
   tool_use_id: Id,
-  tool_response: z.unknown().optional(),
-  error: z.string().optional(),
-  is_interrupt: z.boolean().optional(),
+  tool_response: z.optional(z.unknown()),
+  error: z.optional(z.string()),
+  is_interrupt: z.optional(z.boolean()),
 });
 export type ToolPayload = z.output<typeof ToolPayloadSchema>;
 
-export const HookPayloadSchema = z.looseObject({ ...Common, stop_hook_active: z.boolean().optional() });
+export const HookPayloadSchema = z.looseObject({ ...Common, stop_hook_active: z.optional(z.boolean()) });
 export type HookPayload = z.output<typeof HookPayloadSchema>;
 
 /** Claude Code tool names -> the canonical names the shared rules know; others lowercased. */
@@ -179,24 +179,25 @@ export function promptEvent(p: HookPayload, resumed: boolean, ts: number): Promp
 // ---------------------------------------------------------------------------
 // transcripts: the model calls' usage (hook payloads carry none)
 
+const Count = z.int().check(z.minimum(0));
 const Usage = z.looseObject({
-  input_tokens: z.number().int().min(0).optional(),
-  output_tokens: z.number().int().min(0).optional(),
-  cache_read_input_tokens: z.number().int().min(0).nullable().optional(),
-  cache_creation_input_tokens: z.number().int().min(0).nullable().optional(),
+  input_tokens: z.optional(Count),
+  output_tokens: z.optional(Count),
+  cache_read_input_tokens: z.optional(z.nullable(Count)),
+  cache_creation_input_tokens: z.optional(z.nullable(Count)),
 });
 
 /** An assistant line of a Claude Code transcript (one per content block; blocks of one response share `message.id`). */
 const AssistantLine = z.looseObject({
   type: z.literal('assistant'),
-  timestamp: z.string().optional(),
-  agentId: Id.optional(),
+  timestamp: z.optional(z.string()),
+  agentId: z.optional(Id),
   message: z.looseObject({
     id: Id,
-    model: z.string().min(1).max(150).optional(),
-    stop_reason: z.string().nullable().optional(),
-    usage: Usage.optional(),
-    content: z.array(z.looseObject({ type: z.string(), text: z.string().optional() })).optional(),
+    model: z.optional(Str(1, 150)),
+    stop_reason: z.optional(z.nullable(z.string())),
+    usage: z.optional(Usage),
+    content: z.optional(z.array(z.looseObject({ type: z.string(), text: z.optional(z.string()) }))),
   }),
 });
 

@@ -40,6 +40,19 @@ export async function buildHook({ sensor = 'claude-code', out = distOf(sensor) }
     legalComments: 'none',
     charset: 'ascii',
     define: { __VIGIL_HOOK_VERSION__: JSON.stringify(`${base}+${PLACEHOLDER}`) },
+    // zod re-exports every locale as a namespace (not tree-shaken); the hook's messages
+    // are never shown to anyone, so the namespace is an empty module here.
+    plugins: [
+      {
+        name: 'no-zod-locales',
+        setup(b) {
+          b.onResolve({ filter: /\/locales\/index\.js$/ }, (a) =>
+            a.importer.includes(`${'node_modules'}/zod/`) ? { path: 'zod-locales', namespace: 'stub' } : undefined,
+          );
+          b.onLoad({ filter: /.*/, namespace: 'stub' }, () => ({ contents: 'export {};', loader: 'js' }));
+        },
+      },
+    ],
     logLevel: 'silent',
   });
   const bare = Object.values(r.metafile.outputs)
