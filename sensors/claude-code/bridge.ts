@@ -188,9 +188,12 @@ export async function runHook(
 
   // The tree's pending directives: in the /progress answer, or asked for (PreToolUse).
   // A subagent asks by its parent: the tree may not know the child yet.
+  const named = (evs: readonly ProgressEvent[]) =>
+    evs.flatMap((e) => (e.parent_session_id ? [e.session_id, e.parent_session_id] : [e.session_id]));
+  const asked = p.agent_id ? p.session_id : session;
   const out = events.length
-    ? await client.request('POST', '/progress', events)
-    : await client.request('GET', `/directives?session=${encodeURIComponent(p.agent_id ? p.session_id : session)}`);
+    ? await client.request('POST', '/progress', named(events), events)
+    : await client.request('GET', `/directives?session=${encodeURIComponent(asked)}`, [asked]);
   const d = DirectivesOut.safeParse(out);
   if (!d.success) return { stdout: '' };
   const a = answer(
@@ -200,8 +203,16 @@ export async function runHook(
   );
   // Acknowledged before the markers: the mode ends a recovery's refusal of an aborted
   // root on the ack, then lifts the rest on the marker.
-  if (a.acks.length) await client.request('POST', '/directives/ack', { acks: a.acks });
-  if (a.markers.length) await client.request('POST', '/progress', a.markers);
+  if (a.acks.length) {
+    await client.request(
+      'POST',
+      '/directives/ack',
+      a.acks.map((x) => x.session_id),
+      { acks: a.acks },
+    );
+  }
+  // A marker names its session, the tree's root (what it lifts).
+  if (a.markers.length) await client.request('POST', '/progress', named(a.markers), a.markers);
   return { stdout: a.output ? JSON.stringify(a.output) : '' };
 }
 

@@ -159,6 +159,7 @@ describe('claude-code: the bridge fails open', () => {
     const r = await runHook('PreToolUse', payload, {
       VIGIL_URL: `http://127.0.0.1:${port}`,
       VIGIL_HOOK_STATE_DIR: state,
+      VIGIL_SENSOR_SECRET_FILE: join(state, 'secret'),
     });
     expect(r.stdout).toBe('');
   });
@@ -176,6 +177,7 @@ describe('claude-code: the bridge fails open', () => {
         VIGIL_URL: `http://127.0.0.1:${port}`,
         VIGIL_HOOK_TIMEOUT_MS: '100',
         VIGIL_HOOK_STATE_DIR: state,
+        VIGIL_SENSOR_SECRET_FILE: join(state, 'secret'),
       });
       expect(r.stdout).toBe('');
       expect(seen).toBe(1);

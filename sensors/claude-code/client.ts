@@ -1,4 +1,12 @@
 import { z } from 'zod/mini';
+import {
+  loadSensorSecret,
+  MAX_KEYED_SESSIONS,
+  SESSION_KEY_HEADER,
+  sensorSecretFile,
+  sessionKey,
+  sessionKeyHeader,
+} from '../../core/session-key.ts';
 
 // The hook bridge's one HTTP client: every request to Vigil goes through here, with
 // the sensor's name in x-vigil-plugin, the ingestion token when set, and a hard
@@ -18,13 +26,22 @@ export interface ClientSettings {
   url: string;
   token?: string;
   timeoutMs: number;
+  /** The sensor secret (core/session-key.ts) that keys each session named; none: reports unkeyed. */
+  secret?: Buffer;
 }
 
 /** VIGIL_URL (default the local service), VIGIL_INGEST_TOKEN, VIGIL_HOOK_TIMEOUT_MS (default 1500). */
 export function clientSettings(env: NodeJS.ProcessEnv): ClientSettings {
   const e = Env.safeParse(env);
   const v = e.success ? e.data : {};
+  let secret: Buffer | undefined;
+  try {
+    secret = loadSensorSecret(sensorSecretFile(env), { create: true });
+  } catch {
+    // no secret: the reports go unkeyed (a session bound to a key then refuses them: no opinion)
+  }
   return {
+    ...(secret ? { secret } : {}),
     url: (v.VIGIL_URL ?? 'http://127.0.0.1:7411').replace(/\/+$/, ''),
     ...(env.VIGIL_INGEST_TOKEN ? { token: env.VIGIL_INGEST_TOKEN } : {}),
     timeoutMs: v.VIGIL_HOOK_TIMEOUT_MS ?? 1500,
@@ -38,19 +55,30 @@ export class VigilClient {
     private readonly id: string = HOOK_ID,
   ) {}
 
-  private headers(json: boolean): Record<string, string> {
+  private headers(json: boolean, sessions: readonly string[]): Record<string, string> {
+    const secret = this.s.secret;
+    const keys = secret
+      ? sessionKeyHeader(sessions.slice(0, MAX_KEYED_SESSIONS).map((id) => [id, sessionKey(secret, id)] as const))
+      : undefined;
     return {
       'x-vigil-plugin': this.id,
+      ...(keys ? { [SESSION_KEY_HEADER]: keys } : {}),
       ...(json ? { 'content-type': 'application/json' } : {}),
       ...(this.s.token ? { authorization: `Bearer ${this.s.token}` } : {}),
     };
   }
 
-  async request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown | undefined> {
+  /** One request; `sessions` are the sessions it names (each gets its key). */
+  async request(
+    method: 'GET' | 'POST',
+    path: string,
+    sessions: readonly string[],
+    body?: unknown,
+  ): Promise<unknown | undefined> {
     try {
       const r = await fetch(`${this.s.url}${path}`, {
         method,
-        headers: this.headers(body !== undefined),
+        headers: this.headers(body !== undefined, [...new Set(sessions)]),
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
         signal: AbortSignal.timeout(this.s.timeoutMs),
       });

@@ -85,8 +85,18 @@ export interface Decision {
 }
 
 export interface VigilRequester {
-  request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown | undefined>;
+  /** `sessions`: the sessions the request names (each gets its session key). */
+  request(
+    method: 'GET' | 'POST',
+    path: string,
+    sessions: readonly string[],
+    body?: unknown,
+  ): Promise<unknown | undefined>;
 }
+
+/** The sessions events name: each one's, and a child's parent. */
+const named = (evs: readonly ProgressEvent[]) =>
+  evs.flatMap((e) => (e.parent_session_id ? [e.session_id, e.parent_session_id] : [e.session_id]));
 
 const DirectivesOut = z.object({ directives: z.array(DirectiveSchema).max(1000) });
 
@@ -103,12 +113,18 @@ export async function exchange(
   decide: (directives: Directive[]) => Decision,
 ): Promise<Record<string, unknown> | undefined> {
   const out = events.length
-    ? await client.request('POST', '/progress', events)
-    : await client.request('GET', `/directives?session=${encodeURIComponent(ask)}`);
+    ? await client.request('POST', '/progress', named(events), events)
+    : await client.request('GET', `/directives?session=${encodeURIComponent(ask)}`, [ask]);
   const d = DirectivesOut.safeParse(out);
   if (!d.success) return undefined;
-  const a = decide(d.data.directives);
-  if (a.acks.length) await client.request('POST', '/directives/ack', { acks: a.acks });
-  if (a.markers.length) await client.request('POST', '/progress', a.markers);
+  const a = decide(d.data.directives as Directive[]);
+  if (a.acks.length)
+    await client.request(
+      'POST',
+      '/directives/ack',
+      a.acks.map((x) => x.session_id),
+      { acks: a.acks },
+    );
+  if (a.markers.length) await client.request('POST', '/progress', named(a.markers), a.markers);
   return a.output;
 }
