@@ -18,6 +18,10 @@ import { opencodeSensor } from './opencode/sensor.ts';
 import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
 import { claudeCodeSensor } from './sensors/claude-code/descriptor.ts';
 import { claudeCodeInstaller } from './sensors/claude-code/installer.ts';
+import { codexSensor } from './sensors/codex/descriptor.ts';
+import { codexInstaller } from './sensors/codex/installer.ts';
+import { geminiSensor } from './sensors/gemini/descriptor.ts';
+import { geminiInstaller } from './sensors/gemini/installer.ts';
 
 // The composition root: the one list of what ships with Vigil. The kernel (core/)
 // knows none of these; it drives whatever is registered here or loaded from the
@@ -41,11 +45,18 @@ export function createRegistry(): Registry {
     .section('local_compute', LocalComputeSchema)
     .section('watchdog', WatchdogSchema)
     .sensor(opencodeSensor)
-    .sensor(claudeCodeSensor);
+    .sensor(claudeCodeSensor)
+    .sensor(codexSensor)
+    .sensor(geminiSensor);
 }
 
 /** The sensors' installers: `vigil install <agent>` and `vigil uninstall <agent>`, one per agent. */
-export const installers: readonly AgentInstaller<any>[] = [opencodeInstaller, claudeCodeInstaller];
+export const installers: readonly AgentInstaller<any>[] = [
+  opencodeInstaller,
+  claudeCodeInstaller,
+  codexInstaller,
+  geminiInstaller,
+];
 
 /** What each sensor can carry out (core/sensor.ts), for the readouts. */
-export const sensors: readonly SensorDescriptor[] = [opencodeSensor, claudeCodeSensor];
+export const sensors: readonly SensorDescriptor[] = [opencodeSensor, claudeCodeSensor, codexSensor, geminiSensor];

@@ -95,7 +95,11 @@ export async function agentsText(
       .status?.({}, { env, home: env.HOME || homedir() })
       .catch((e: Error) => ({ wired: false, path: e.message }));
     const s = live.find((x) => x.name === inst.agent);
-    const wired = st ? (st.wired ? `wired (${st.version ?? '?'}, ${st.path})` : `not wired (${st.path})`) : 'unknown';
+    const wired = st
+      ? st.wired
+        ? `wired (${st.version ?? '?'}, ${st.path})${st.problem ? ` but ${st.problem}` : ''}`
+        : `not wired (${st.path})`
+      : 'unknown';
     const seen = s?.last_seen_at ? `live, last report ${ago(s.last_seen_at)} ago` : 'no report yet';
     out += `  ${inst.agent}: ${wired}; ${seen}${s?.cannot_act ? `; cannot: ${s.cannot_act}` : ''}\n`;
   }

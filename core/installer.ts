@@ -29,6 +29,8 @@ export interface InstallStatus {
   /** Where it looked. */
   path: string;
   version?: string;
+  /** Wired, but the agent will not run it, and why (e.g. hooks the agent does not trust). */
+  problem?: string;
 }
 
 /** One command-line flag of an installer: `--<name> [<value>]`, its key in the options being `name` with `_`. */

@@ -40,6 +40,28 @@ export const SupportSchema = z.union([
 ]);
 export type Support = z.output<typeof SupportSchema>;
 
+const HeaderName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[a-z0-9-]+$/, 'a lowercase header name');
+
+/**
+ * The request headers by which a router in front of the agent tells its conversations
+ * apart, when the agent sends any: the header whose value is the Vigil session id of
+ * the request's conversation, and optionally the parent session's and the agent name's.
+ * Absent: the agent's model requests carry no conversation id, so a router cannot scope
+ * a refusal to one of its sessions.
+ */
+export const GateHeadersSchema = z.strictObject({
+  conversation: HeaderName,
+  /** A subagent's id, when the agent sends it beside its parent's: `<conversation>.<child>`, child of `conversation`. */
+  child: HeaderName.optional(),
+  parent: HeaderName.optional(),
+  agent: HeaderName.optional(),
+});
+export type GateHeaders = z.output<typeof GateHeadersSchema>;
+
 export const SensorDescriptorSchema = z.strictObject({
   /** As the sensor names itself in the plugin header: `vigil-<name>/<version>`. */
   name: z
@@ -56,6 +78,7 @@ export const SensorDescriptorSchema = z.strictObject({
   capabilities: z.strictObject(
     Object.fromEntries(SENSOR_ACTIONS.map((a) => [a, SupportSchema])) as Record<SensorAction, typeof SupportSchema>,
   ),
+  gate: GateHeadersSchema.optional(),
 });
 export type SensorDescriptor = z.output<typeof SensorDescriptorSchema>;
 

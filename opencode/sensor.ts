@@ -14,4 +14,6 @@ export const opencodeSensor = defineSensor({
     stop_run: 'native',
     toast: 'native',
   },
+  // opencode 1.18 sends the session id (a subagent's own) on every model request.
+  gate: { conversation: 'x-session-id' },
 });

@@ -1,16 +1,16 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import type { GateHeaders, SensorDescriptor } from '../core/sensor.ts';
 import type { Vigil } from '../core/vigil.ts';
 import type { GateAnswer, GateQuery } from '../core/wire.ts';
-import { identityFromHeaders } from '../sensors/claude-code/identity.ts';
 import { capBody, estimateTokens } from './router/cap.ts';
 import { tapAnswer } from './router/tap.ts';
 import { type CostOf, recordOfFacts } from './router/usage.ts';
 
 // `vigil/router`: what a fastify-based model router registers.
 // - vigilGate: before each model request it asks the gate about the conversation
-//   (identity from the router headers, or the `x-session-id` header opencode 1.18 sends
-//   anyway); it refuses conversations whose tree is refused, enforces context limits
+//   (identity from the router headers, or the headers a sensor's descriptor names, such
+//   as the `x-session-id` opencode 1.18 sends anyway); it refuses conversations whose tree is refused, enforces context limits
 //   (cut the oldest turns for `cap`, a context-overflow error for `overflow`), and
 //   records each answer's usage, model and cost, from JSON or a streamed (SSE) answer.
 // - vigilIngest: the routes the sensors report to (progress, directives, acks, request
@@ -22,7 +22,7 @@ export type { CostOf, Usage } from './router/usage.ts';
 
 export interface VigilGateOptions {
   vigil: Vigil;
-  /** Which routes are model requests (default: any POST whose path ends in /chat/completions or /messages). */
+  /** Which routes are model requests (default: any POST whose path ends in /chat/completions, /messages or /responses). */
   match?: (req: FastifyRequest) => boolean;
   /** Price of an answer in USD when the upstream does not say (usage.cost); default none. */
   costOf?: CostOf;
@@ -52,23 +52,35 @@ const header = (req: FastifyRequest, name: string): string | undefined => {
 };
 
 /**
- * The conversation identity of a model request: the router headers, else the agent's
- * own (opencode's x-session-id; Claude Code's x-claude-code-session-id and, from a
- * subagent, x-claude-code-agent-id: the same session ids its hooks report).
+ * The conversation identity of a model request: the router headers, else the first
+ * sensor's table of headers (core/sensor.ts `gate`) that the request carries: opencode's
+ * x-session-id, Claude Code's x-claude-code-session-id (+ agent id), Codex's thread-id
+ * (+ parent thread). The router headers win field by field.
  */
-export function identityOf(req: FastifyRequest): GateQuery | undefined {
-  const claude = identityFromHeaders((n) => header(req, n));
-  const conversation = header(req, 'x-router-conversation') ?? header(req, 'x-session-id') ?? claude?.conversation;
+export function identityOf(req: FastifyRequest, sensors: Iterable<SensorDescriptor> = []): GateQuery | undefined {
+  let own: GateHeaders | undefined;
+  for (const s of sensors) {
+    if (s.gate && header(req, s.gate.conversation)) {
+      own = s.gate;
+      break;
+    }
+  }
+  const base = own && header(req, own.conversation);
+  const child = own?.child && header(req, own.child);
+  const ownId = base && child ? `${base}.${child}` : base;
+  const conversation = header(req, 'x-router-conversation') ?? ownId;
   if (!conversation) return undefined;
   const body = req.body as { model?: unknown } | undefined;
   const model = typeof body?.model === 'string' && ID.test(body.model) ? body.model : undefined;
-  const agent = header(req, 'x-router-agent');
-  const parent = header(req, 'x-router-parent') ?? (conversation === claude?.conversation ? claude.parent : undefined);
+  const agent = header(req, 'x-router-agent') ?? (own?.agent && header(req, own.agent));
+  const parent =
+    header(req, 'x-router-parent') ??
+    (conversation !== ownId ? undefined : child ? base : own?.parent && header(req, own.parent));
   return { conversation, ...(agent ? { agent } : {}), ...(parent ? { parent } : {}), ...(model ? { model } : {}) };
 }
 
 const defaultMatch = (req: FastifyRequest) =>
-  req.method === 'POST' && /\/(chat\/completions|messages)$/.test(req.url.split('?')[0]);
+  req.method === 'POST' && /\/(chat\/completions|messages|responses)$/.test(req.url.split('?')[0]);
 
 /** Anthropic's Messages API answers errors in its own shape; everything else gets OpenAI's. */
 const anthropic = (req: FastifyRequest) => /\/messages$/.test(req.url.split('?')[0]);
@@ -105,7 +117,7 @@ async function vigilGatePlugin(app: FastifyInstance, o: VigilGateOptions): Promi
 
   app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
     if (!match(req)) return;
-    const query = identityOf(req);
+    const query = identityOf(req, o.vigil.registry.sensors.values());
     if (!query) return;
     const answer = await o.vigil.gate(query);
     const g: GateDecoration = { query, answer };

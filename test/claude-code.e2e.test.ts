@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sensors } from '../builtins.ts';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
@@ -37,7 +38,7 @@ async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: str
 
 const vigilDenials = (lab: ClaudeLab) => lab.toolResults().filter((t) => t.is_error && t.text.includes('Vigil:'));
 /** The gate identity of a model request Claude Code sent (its real headers, from the fake API's log). */
-const gateIdentity = (q: Record<string, any>) => identityOf({ headers: q.headers, body: {} } as never);
+const gateIdentity = (q: Record<string, any>) => identityOf({ headers: q.headers, body: {} } as never, sensors);
 /**
  * `vigil replay` over the transcripts the run left in HOME gives every session the
  * verdict the live run gave it (the live Sessions readout), by the same mapping.

@@ -49,7 +49,11 @@ export function clientSettings(env: NodeJS.ProcessEnv): ClientSettings {
 }
 
 export class VigilClient {
-  constructor(private readonly s: ClientSettings) {}
+  /** `id` is the sensor's plugin header value, `vigil-<sensor>/<version>` (default Claude Code's). */
+  constructor(
+    private readonly s: ClientSettings,
+    private readonly id: string = HOOK_ID,
+  ) {}
 
   private headers(json: boolean, sessions: readonly string[]): Record<string, string> {
     const secret = this.s.secret;
@@ -57,7 +61,7 @@ export class VigilClient {
       ? sessionKeyHeader(sessions.slice(0, MAX_KEYED_SESSIONS).map((id) => [id, sessionKey(secret, id)] as const))
       : undefined;
     return {
-      'x-vigil-plugin': HOOK_ID,
+      'x-vigil-plugin': this.id,
       ...(keys ? { [SESSION_KEY_HEADER]: keys } : {}),
       ...(json ? { 'content-type': 'application/json' } : {}),
       ...(this.s.token ? { authorization: `Bearer ${this.s.token}` } : {}),

@@ -1,4 +1,5 @@
 import { defineSensor } from '../../core/sensor.ts';
+import { AGENT_HEADER, SESSION_HEADER } from './identity.ts';
 
 export const SENSOR_NAME = 'claude-code';
 
@@ -24,4 +25,6 @@ export const claudeCodeSensor = defineSensor({
     stop_run: 'native',
     toast: 'none',
   },
+  // The hooks' session ids (identity.ts): x-claude-code-session-id, a subagent's plus its agent id.
+  gate: { conversation: SESSION_HEADER, child: AGENT_HEADER },
 });

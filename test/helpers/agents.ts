@@ -21,6 +21,8 @@ export interface AgentCli {
 export const AGENTS = {
   opencode: { pkg: 'opencode-ai', version: '1.18.33', bin: 'opencode' },
   claudeCode: { pkg: '@anthropic-ai/claude-code', version: '2.1.328', bin: 'claude' },
+  codex: { pkg: '@openai/codex', version: '0.169.0', bin: 'codex' },
+  gemini: { pkg: '@google/gemini-cli', version: '0.61.0', bin: 'gemini' },
 } as const satisfies Record<string, AgentCli>;
 
 /** `$VIGIL_AGENT_CACHE`, else vigil-agents/ in the OS temp dir. */

@@ -1,10 +1,21 @@
-import { closeSync, createReadStream, existsSync, openSync, readSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  createReadStream,
+  existsSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync,
+} from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { z } from 'zod';
 import { ProgressEventSchema, RequestRecordSchema } from '../../../core/wire.ts';
 import { type OcSession, sessionToInputs } from '../../../opencode/convert.ts';
+import { isRollout, rolloutSession } from '../../../sensors/codex/replay.ts';
+import { chatSession, isChat } from '../../../sensors/gemini/replay.ts';
 import type { JudgeInput } from '../judge.ts';
 import { fastInput } from './fastline.ts';
 import { lit, SqliteReader } from './sqlite.ts';
@@ -25,10 +36,15 @@ import { lit, SqliteReader } from './sqlite.ts';
 //    (`<id>.json` beside session.json is accepted too). Sessions are merged by time.
 // 3. opencode's own SQLite DB (`opencode.db`, tables session / message / part with the
 //    JSON in `data`), opened read-only. Sessions are merged by time.
+// 4. Codex rollouts: one `rollout-*.jsonl`, or a folder holding them (CODEX_HOME/sessions),
+//    mapped as the Codex hooks map them live (sensors/codex/replay.ts). Merged by time.
+// 5. Gemini CLI chat files: one `session-*.jsonl`, or a folder holding them (a project's
+//    chats/, subagents' files in chats/<parent>/), mapped as the Gemini hooks map them
+//    live (sensors/gemini/replay.ts). Merged by time.
 // Merging by time needs every session's inputs first: folders and DBs are loaded (in
 // their converted form, no content), then handed over.
 
-export type InputKind = 'jsonl' | 'folder' | 'sqlite';
+export type InputKind = 'jsonl' | 'folder' | 'sqlite' | 'codex' | 'gemini';
 
 export interface InputIssue {
   /** `line 12`, `messages/ses_x.json message 3 part 2`, `session ses_x` */
@@ -76,21 +92,96 @@ const SQLITE_MAGIC = 'SQLite format 3\0';
 
 export function detectKind(path: string): InputKind {
   const st = statSync(path);
-  if (st.isDirectory()) return 'folder';
-  const head = Buffer.alloc(16);
+  if (st.isDirectory()) {
+    if (existsSync(join(path, 'session.json'))) return 'folder';
+    if (rolloutFiles(path).length) return 'codex';
+    return chatFiles(path).length ? 'gemini' : 'folder';
+  }
+  const head = Buffer.alloc(200);
   const fd = openSync(path, 'r');
   try {
-    readSync(fd, head, 0, 16, 0);
+    readSync(fd, head, 0, 200, 0);
   } finally {
     closeSync(fd);
   }
-  return head.toString('latin1') === SQLITE_MAGIC ? 'sqlite' : 'jsonl';
+  if (head.subarray(0, 16).toString('latin1') === SQLITE_MAGIC) return 'sqlite';
+  const text = head.toString('utf8');
+  return isRollout(text) ? 'codex' : isChat(text) ? 'gemini' : 'jsonl';
+}
+
+/** Gemini CLI chat files under `dir` (a main session's, and subagents' in a folder named by their parent). */
+function chatFiles(dir: string): { file: string; parent?: string }[] {
+  const out: { file: string; parent?: string }[] = [];
+  const walk = (d: string, depth: number, parent?: string) => {
+    if (depth > 4) return;
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(d, e.name), depth + 1, /^[0-9a-f-]{36}$/.test(e.name) ? e.name : undefined);
+      else if (e.name.endsWith('.jsonl') && (parent || /^session-.*\.jsonl$/.test(e.name)))
+        out.push({ file: join(d, e.name), ...(parent ? { parent } : {}) });
+    }
+  };
+  walk(dir, 0);
+  return out.sort((a, b) => a.file.localeCompare(b.file));
+}
+
+async function loadGemini(path: string, opts: LoadOptions): Promise<LoadedInput> {
+  const out: LoadedInput = { kind: 'gemini', inputs: [], issues: [], sessions: new Map() };
+  const timed: Timed[] = [];
+  const files = statSync(path).isDirectory() ? chatFiles(path) : [{ file: path }];
+  files.forEach((f, n) => {
+    const s = chatSession(readFileSync(f.file, 'utf8'), f.parent);
+    if (!s) {
+      const i = { where: f.file, field: 'sessionId', message: 'not a Gemini CLI chat file (no header line)' };
+      out.issues.push(i);
+      opts.onIssue?.(i);
+      return;
+    }
+    out.sessions.set(s.session, s.parent ? { parent: s.parent } : {});
+    for (const e of s.events) timed.push({ ts: e.ts, seq: timed.length, input: { type: 'progress', event: e } });
+    opts.onProgress?.(n + 1, files.length);
+  });
+  return finish(out, timed);
+}
+
+/** The Codex rollout files under `dir`, any depth. */
+function rolloutFiles(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string, depth: number) => {
+    if (depth > 5) return;
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(d, e.name), depth + 1);
+      else if (/^rollout-.*\.jsonl$/.test(e.name)) out.push(join(d, e.name));
+    }
+  };
+  walk(dir, 0);
+  return out.sort();
+}
+
+async function loadCodex(path: string, opts: LoadOptions): Promise<LoadedInput> {
+  const out: LoadedInput = { kind: 'codex', inputs: [], issues: [], sessions: new Map() };
+  const timed: Timed[] = [];
+  const files = statSync(path).isDirectory() ? rolloutFiles(path) : [path];
+  files.forEach((f, n) => {
+    const s = rolloutSession(readFileSync(f, 'utf8'));
+    if (!s) {
+      const i = { where: f, field: 'session_meta', message: 'not a Codex rollout (no session_meta first)' };
+      out.issues.push(i);
+      opts.onIssue?.(i);
+      return;
+    }
+    out.sessions.set(s.session, { ...(s.agent ? { agent: s.agent } : {}), ...(s.parent ? { parent: s.parent } : {}) });
+    for (const e of s.events) timed.push({ ts: e.ts, seq: timed.length, input: { type: 'progress', event: e } });
+    opts.onProgress?.(n + 1, files.length);
+  });
+  return finish(out, timed);
 }
 
 export async function loadInput(path: string, opts: LoadOptions = {}): Promise<LoadedInput> {
   const kind = detectKind(path);
   if (kind === 'folder') return loadFolder(path, opts);
   if (kind === 'sqlite') return loadSqlite(path, opts);
+  if (kind === 'codex') return loadCodex(path, opts);
+  if (kind === 'gemini') return loadGemini(path, opts);
   const out: LoadedInput = { kind, inputs: [], issues: [], sessions: new Map() };
   await streamJsonl(
     path,
@@ -119,7 +210,14 @@ export async function eachInput(
 ): Promise<StreamedInput> {
   const kind = detectKind(path);
   if (kind === 'jsonl') return streamJsonl(path, each, opts);
-  const loaded = kind === 'folder' ? await loadFolder(path, opts) : await loadSqlite(path, opts);
+  const loaded =
+    kind === 'folder'
+      ? await loadFolder(path, opts)
+      : kind === 'codex'
+        ? await loadCodex(path, opts)
+        : kind === 'gemini'
+          ? await loadGemini(path, opts)
+          : await loadSqlite(path, opts);
   for (const i of loaded.inputs) each(i);
   return {
     kind,

@@ -1,3 +1,4 @@
 export const DIST: string;
 export const BANNER_PREFIX: string;
-export function buildHook(o?: { out?: string }): Promise<{ path: string; version: string }>;
+export function distOf(sensor: string): string;
+export function buildHook(o?: { sensor?: string; out?: string }): Promise<{ path: string; version: string }>;

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
-// Bundles the Claude Code hook bridge into one self-contained ESM file (no imports but
-// node: built-ins), so each hook call starts one plain `node` process and nothing else.
+// Bundles a command-hook bridge (Claude Code's by default; --sensor codex|gemini for
+// the others: sensors/<sensor>/hook/main.ts) into one self-contained ESM file (no
+// imports but node: built-ins), so each hook call starts one plain `node` process.
 //
-//   node sensors/claude-code/hook/build.mjs [--out FILE]
+//   node sensors/claude-code/hook/build.mjs [--sensor NAME] [--out FILE]
 //
 // The version is `<package.json version>+<first 8 hex of the bundle's sha256>`, sent in
 // x-vigil-plugin, so a stale install shows in GET /health.
@@ -17,12 +18,17 @@ const ROOT = join(HERE, '..', '..', '..');
 export const DIST = join(HERE, 'dist', 'vigil-claude-code-hook.mjs');
 const PLACEHOLDER = '@@VIGIL_BUILD_HASH@@';
 export const BANNER_PREFIX = '// vigil-claude-code ';
+const TITLE = { 'claude-code': 'Claude Code', codex: 'Codex', gemini: 'Gemini CLI' };
+
+/** The bundle of `sensor` beside its sources: sensors/<sensor>/hook/dist/vigil-<sensor>-hook.mjs. */
+export const distOf = (sensor) => join(ROOT, 'sensors', sensor, 'hook', 'dist', `vigil-${sensor}-hook.mjs`);
 
 /** Builds the hook bundle; returns its path and version. */
-export async function buildHook({ out = DIST } = {}) {
+export async function buildHook({ sensor = 'claude-code', out = distOf(sensor) } = {}) {
+  if (!Object.hasOwn(TITLE, sensor)) throw new Error(`no hook bridge for sensor "${sensor}"`);
   const base = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).version;
   const r = await esbuild({
-    entryPoints: [join(HERE, 'main.ts')],
+    entryPoints: [join(ROOT, 'sensors', sensor, 'hook', 'main.ts')],
     absWorkingDir: ROOT,
     bundle: true,
     format: 'esm',
@@ -56,14 +62,18 @@ export async function buildHook({ out = DIST } = {}) {
   const text = r.outputFiles[0].text;
   const hash = createHash('sha256').update(text).digest('hex').slice(0, 8);
   const version = `${base}+${hash}`;
-  const banner = `${BANNER_PREFIX}${version}: the Vigil Claude Code hook, bundled by sensors/claude-code/hook/build.mjs. Do not edit.\n`;
+  const banner = `// vigil-${sensor} ${version}: the Vigil ${TITLE[sensor]} hook, bundled by sensors/claude-code/hook/build.mjs. Do not edit.\n`;
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, banner + text.replaceAll(PLACEHOLDER, hash));
   return { path: out, version };
 }
 
 if (process.argv[1] && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const i = process.argv.indexOf('--out');
-  const { path, version } = await buildHook(i > 0 && process.argv[i + 1] ? { out: process.argv[i + 1] } : {});
-  console.log(`built ${relative(process.cwd(), path) || path} (vigil-claude-code/${version})`);
+  const arg = (flag) => {
+    const i = process.argv.indexOf(flag);
+    return i > 0 ? process.argv[i + 1] : undefined;
+  };
+  const sensor = arg('--sensor') ?? 'claude-code';
+  const { path, version } = await buildHook({ sensor, ...(arg('--out') ? { out: arg('--out') } : {}) });
+  console.log(`built ${relative(process.cwd(), path) || path} (vigil-${sensor}/${version})`);
 }

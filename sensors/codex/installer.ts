@@ -1,0 +1,230 @@
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { z } from 'zod';
+import type { AgentInstaller, InstallContext, InstallResult, InstallStatus } from '../../core/installer.ts';
+import {
+  bundleVersion,
+  type HookGroup,
+  type HooksFile,
+  hookBundle,
+  ownedBy,
+  readHooksFile,
+  serialise,
+  withHooks,
+  withoutHooks,
+  writeAtomic,
+} from '../shared/hooks-file.ts';
+import { SENSOR_NAME } from './descriptor.ts';
+
+// `vigil install codex`: Vigil's command hooks merged into a Codex hooks.json, beside
+// the user's own (docs/codex.md):
+//   --user (default)   $CODEX_HOME/hooks.json (CODEX_HOME defaults to ~/.codex)
+//   --project DIR      DIR/.codex/hooks.json
+// The hook bundle goes beside it, in .codex/vigil/. Codex skips hooks it does not
+// trust, silently; so install also writes their trust into $CODEX_HOME/config.toml, in
+// a block of its own that uninstall removes. A trust entry is keyed by the hooks file,
+// the event and the hook's position in it, and holds a hash of the hook's definition:
+// the user's adding a hook group before Vigil's moves it and voids its trust, which
+// `vigil status` reports (install again to renew it).
+
+export const HOOK_FILE = `vigil-${SENSOR_NAME}-hook.mjs`;
+/** The events the bridge reads (bridge.ts). */
+export const HOOK_EVENTS = ['UserPromptSubmit', 'PreToolUse', 'PostToolUse', 'Stop', 'SubagentStop'] as const;
+/** Seconds Codex waits for the hook; the bridge itself gives up sooner (fail open). */
+const TIMEOUT_S = 10;
+const BEGIN = '# vigil-codex: trust for Vigil hooks (vigil uninstall codex removes this block)';
+const END = '# vigil-codex: end';
+
+const Options = z
+  .strictObject({
+    user: z.boolean().optional(),
+    project: z.string().min(1).optional(),
+  })
+  .refine((o) => !(o.user && o.project), { message: 'give --user or --project, not both', path: ['project'] });
+type Options = z.output<typeof Options>;
+
+const codexHome = (ctx: InstallContext) => resolve(ctx.env.CODEX_HOME || join(ctx.home, '.codex'));
+
+/** The hooks file, the hook bundle and the config.toml holding the trust entries. */
+export function locations(o: Options, ctx: InstallContext): { hooks: string; hook: string; config: string } {
+  const dir = o.project ? join(resolve(o.project), '.codex') : codexHome(ctx);
+  return {
+    hooks: join(dir, 'hooks.json'),
+    hook: join(dir, 'vigil', HOOK_FILE),
+    config: join(codexHome(ctx), 'config.toml'),
+  };
+}
+
+const mine = ownedBy(HOOK_FILE);
+
+export function withVigil(s: HooksFile, hookPath: string): HooksFile {
+  const groups: Record<string, HookGroup> = {};
+  for (const e of HOOK_EVENTS)
+    groups[e] = { hooks: [{ type: 'command', command: `node ${JSON.stringify(hookPath)} ${e}`, timeout: TIMEOUT_S }] };
+  return withHooks(s, mine, groups);
+}
+
+export const withoutVigil = (s: HooksFile): HooksFile => withoutHooks(s, mine);
+
+const snake = (s: string) => s.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
+
+/** JSON with sorted keys and no spaces: what Codex hashes a hook definition over. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/**
+ * Codex 0.169's trust entries for Vigil's hooks in `s` (written at `path`): the key
+ * `<hooks file>:<event in snake_case>:<group index>:<hook index>` and
+ * `sha256:<hex>` over the canonical JSON of the event name, the hook (async, command,
+ * timeout, type) and the group's matcher when it has one.
+ */
+export function trustEntries(s: HooksFile, path: string): { key: string; hash: string }[] {
+  const out: { key: string; hash: string }[] = [];
+  for (const [event, groups] of Object.entries(s.hooks ?? {})) {
+    groups.forEach((g, gi) => {
+      (g.hooks ?? []).forEach((h, hi) => {
+        if (!mine(h)) return;
+        const x = h as { async?: unknown; timeout?: unknown };
+        const id: Record<string, unknown> = {
+          event_name: snake(event),
+          hooks: [{ async: x.async ?? false, command: h.command, timeout: x.timeout ?? 600, type: 'command' }],
+        };
+        if (g.matcher !== undefined) id.matcher = g.matcher;
+        out.push({
+          key: `${path}:${snake(event)}:${gi}:${hi}`,
+          hash: `sha256:${createHash('sha256').update(canonical(id)).digest('hex')}`,
+        });
+      });
+    });
+  }
+  return out;
+}
+
+const BLOCK = new RegExp(`\\n?${BEGIN.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\n[\\s\\S]*?${END}\\n?`);
+
+/** config.toml without Vigil's trust block. */
+export const withoutTrust = (toml: string): string => toml.replace(BLOCK, '');
+
+const tomlKey = (k: string) => JSON.stringify(k);
+
+/** The trusted hashes config.toml holds, by key (only `[hooks.state."<key>"]` tables are read). */
+export function trustedHashes(toml: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const re = /^\[hooks\.state\.("(?:[^"\\]|\\.)*")\][ \t]*\r?\n((?:(?!\[)[^\n]*\n?)*)/gm;
+  for (let m = re.exec(toml); m !== null; m = re.exec(toml)) {
+    let key: string;
+    try {
+      key = JSON.parse(m[1]);
+    } catch {
+      continue;
+    }
+    const h = /^trusted_hash\s*=\s*"([^"]*)"/m.exec(m[2]);
+    if (h) out.set(key, h[1]);
+  }
+  return out;
+}
+
+/** config.toml with Vigil's trust block (renewed); keys the user's own tables already hold are left to them. */
+export function withTrust(toml: string, entries: readonly { key: string; hash: string }[]): string {
+  const base = withoutTrust(toml);
+  const theirs = trustedHashes(base);
+  const lines = entries
+    .filter((e) => !theirs.has(e.key))
+    .map((e) => `[hooks.state.${tomlKey(e.key)}]\ntrusted_hash = "${e.hash}"\n`);
+  if (!lines.length) return base;
+  const sep = base === '' ? '' : base.endsWith('\n') ? '\n' : '\n\n';
+  return `${base}${sep}${BEGIN}\n${lines.join('')}${END}\n`;
+}
+
+const readText = (p: string) => (existsSync(p) ? readFileSync(p, 'utf8') : undefined);
+
+const NOTES = [
+  'Codex reads its hooks at start: new sessions are watched',
+  'the hooks are trusted in config.toml; adding a hook group before them voids that: run this again (vigil status says so)',
+  'the hooks report to VIGIL_URL (default http://127.0.0.1:7411, vigil serve); VIGIL_INGEST_TOKEN when the service has one',
+];
+
+export const codexInstaller: AgentInstaller<Options> = {
+  agent: SENSOR_NAME,
+  summary: "Vigil's hooks in a Codex hooks.json, merged with the user's own and trusted in config.toml",
+  flags: [
+    { name: 'user', description: 'for every project: $CODEX_HOME/hooks.json (default ~/.codex; the default)' },
+    { name: 'project', value: 'dir', description: 'for one project: DIR/.codex/hooks.json' },
+  ],
+  options: Options,
+
+  async install(o, ctx): Promise<InstallResult> {
+    const where = locations(o, ctx);
+    const { file, text: before } = readHooksFile(where.hooks);
+    const code = await hookBundle(SENSOR_NAME);
+    const version = bundleVersion(SENSOR_NAME, code);
+    if (!version) throw new Error('the Codex hook bundle has no version banner');
+    const oldCode = readText(where.hook);
+    const merged = withVigil(file, where.hook);
+    const next = serialise(merged);
+    const toml = readText(where.config) ?? '';
+    const nextToml = withTrust(toml, trustEntries(merged, where.hooks));
+    const had = JSON.stringify(withoutVigil(file)) !== JSON.stringify(file);
+    const ver = `vigil-${SENSOR_NAME}/${version}`;
+    if (next === before && oldCode === code && nextToml === toml) {
+      return { action: 'unchanged', path: where.hooks, version: ver, notes: NOTES };
+    }
+    if (oldCode !== code) writeAtomic(where.hook, code);
+    if (next !== before) writeAtomic(where.hooks, next);
+    if (nextToml !== toml) writeAtomic(where.config, nextToml);
+    const previous = oldCode === undefined ? undefined : bundleVersion(SENSOR_NAME, oldCode);
+    return {
+      action: had || oldCode !== undefined ? 'replaced' : 'installed',
+      path: where.hooks,
+      version: ver,
+      ...(previous && oldCode !== code ? { previous: `vigil-${SENSOR_NAME}/${previous}` } : {}),
+      notes: NOTES,
+    };
+  },
+
+  async uninstall(o, ctx): Promise<InstallResult> {
+    const where = locations(o, ctx);
+    const oldCode = readText(where.hook);
+    const version = oldCode === undefined ? undefined : bundleVersion(SENSOR_NAME, oldCode);
+    if (oldCode !== undefined) rmSync(where.hook, { force: true });
+    const { file, text } = readHooksFile(where.hooks);
+    const next = withoutVigil(file);
+    const changed = text !== undefined && JSON.stringify(next) !== JSON.stringify(file);
+    if (changed) writeAtomic(where.hooks, serialise(next));
+    const toml = readText(where.config);
+    const tomlChanged = toml !== undefined && withoutTrust(toml) !== toml;
+    if (tomlChanged) writeAtomic(where.config, withoutTrust(toml));
+    if (!changed && !tomlChanged && oldCode === undefined) return { action: 'absent', path: where.hooks };
+    return { action: 'removed', path: where.hooks, ...(version ? { version: `vigil-${SENSOR_NAME}/${version}` } : {}) };
+  },
+
+  async status(o, ctx): Promise<InstallStatus> {
+    const where = locations(o, ctx);
+    const { file } = readHooksFile(where.hooks);
+    const code = readText(where.hook);
+    const version = code === undefined ? undefined : bundleVersion(SENSOR_NAME, code);
+    const entries = trustEntries(file, where.hooks);
+    const trusted = trustedHashes(readText(where.config) ?? '');
+    const untrusted = entries.filter((e) => trusted.get(e.key) !== e.hash).length;
+    return {
+      wired: entries.length > 0 && version !== undefined,
+      path: where.hooks,
+      ...(version ? { version: `vigil-${SENSOR_NAME}/${version}` } : {}),
+      ...(entries.length && untrusted
+        ? {
+            problem: `${untrusted} of its ${entries.length} hooks are not trusted in ${where.config}: Codex skips them silently (run vigil install codex again)`,
+          }
+        : {}),
+    };
+  },
+};

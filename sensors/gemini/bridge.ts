@@ -1,0 +1,114 @@
+import { z } from 'zod';
+import type { ProgressEvent } from '../../core/wire.ts';
+import { clientSettings, HOOK_VERSION, VigilClient } from '../claude-code/client.ts';
+import { exchange, loadState, saveState, stateFile } from '../shared/hook-io.ts';
+import { newLandedTracker } from '../shared/landed.ts';
+import { answer } from './answer.ts';
+import { SENSOR_NAME } from './descriptor.ts';
+import { childName, HookPayloadSchema, promptEvent, ToolPayloadSchema, toolEvent, type Who } from './map.ts';
+
+// `vigil hook gemini`: one Gemini CLI command hook call (the event is the payload's
+// hook_event_name). Reads the payload (stdin), turns it into progress events (map.ts),
+// posts them, answers from the tree's pending directives (answer.ts). Fails open: a
+// payload it does not understand, Vigil down or slow (VIGIL_HOOK_TIMEOUT_MS per
+// request) -> no output, exit 0, Gemini goes on.
+
+export const HOOK_ID = `vigil-${SENSOR_NAME}/${HOOK_VERSION}`;
+
+const StateSchema = z.object({
+  trackers: z.record(z.string(), z.object({ failing: z.array(z.string()).max(64) })).default({}),
+  /** Calls and turns seen (Gemini gives calls no id): the next call id. */
+  n: z.number().int().min(0).default(0),
+  turns: z.number().int().min(0).default(0),
+  /** The subagent running now (between the parent's invoke_agent BeforeTool and AfterTool). */
+  child: z.object({ id: z.string(), agent: z.string() }).nullable().default(null),
+  children: z.number().int().min(0).default(0),
+});
+type BridgeState = z.output<typeof StateSchema>;
+
+export interface HookResult {
+  stdout: string;
+}
+
+/** One hook call. Never throws; `now` stamps the events. */
+export async function runHook(
+  event: string,
+  stdin: string,
+  env: NodeJS.ProcessEnv,
+  now: number = Date.now(),
+): Promise<HookResult> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(stdin);
+  } catch {
+    return { stdout: '' };
+  }
+  const base = HookPayloadSchema.safeParse(raw);
+  if (!base.success) return { stdout: '' };
+  const p = base.data;
+  const name = p.hook_event_name || event;
+  const path = stateFile(env, SENSOR_NAME, p.session_id);
+  const state: BridgeState = loadState(path, StateSchema, () => ({
+    trackers: {},
+    n: 0,
+    turns: 0,
+    child: null,
+    children: 0,
+  }));
+  const root: Who = { session_id: p.session_id };
+  const events: ProgressEvent[] = [];
+  let who: Who = state.child
+    ? { session_id: state.child.id, parent_session_id: p.session_id, agent: state.child.agent }
+    : root;
+  let dirty = false;
+
+  switch (name) {
+    case 'BeforeTool': {
+      const t = ToolPayloadSchema.safeParse(raw);
+      if (!t.success) return { stdout: '' };
+      break;
+    }
+    case 'AfterTool': {
+      const t = ToolPayloadSchema.safeParse(raw);
+      if (!t.success) return { stdout: '' };
+      // The parent's invoke_agent ends the child's span and is the parent's own call.
+      if (t.data.tool_name === 'invoke_agent' && state.child) {
+        state.child = null;
+        who = root;
+      }
+      state.n++;
+      const r = toolEvent(t.data, who, `g${state.n}`, state.trackers[who.session_id] ?? newLandedTracker(), now);
+      events.push(r.event);
+      state.trackers[who.session_id] = r.tracker as { failing: string[] };
+      dirty = true;
+      break;
+    }
+    case 'BeforeAgent':
+      events.push(promptEvent(root, `t${state.turns + 1}`, state.turns > 0, now));
+      state.turns++;
+      dirty = true;
+      break;
+    case 'AfterAgent':
+      break;
+    default:
+      return { stdout: '' };
+  }
+
+  const client = new VigilClient(clientSettings(env), HOOK_ID);
+  const session = who.session_id;
+  const out = await exchange(client, events, p.session_id, (ds) =>
+    answer({ event: name, session, ...(who.parent_session_id ? { parent: who.parent_session_id } : {}) }, ds, now),
+  );
+  // A subagent's span starts once its parent's invoke_agent is let through.
+  if (name === 'BeforeTool' && !out) {
+    const t = ToolPayloadSchema.parse(raw);
+    if (t.tool_name === 'invoke_agent' && !state.child) {
+      const agent = childName(String((t.tool_input as { agent_name?: unknown } | undefined)?.agent_name ?? 'agent'));
+      state.children++;
+      state.child = { id: `${p.session_id}.${agent}-${state.children}`, agent };
+      dirty = true;
+    }
+  }
+  if (dirty) saveState(path, state);
+  return { stdout: out ? JSON.stringify(out) : '' };
+}
