@@ -47,6 +47,7 @@ export class BullQueue implements AlertQueue {
   private readonly queues = new Map<string, Queue>();
   private readonly workers: Worker[] = [];
   private readonly target: RedisTarget;
+  private deliverer: Deliverer | undefined;
   readonly url: string;
 
   constructor(private readonly o: BullQueueOptions) {
@@ -97,6 +98,7 @@ export class BullQueue implements AlertQueue {
   }
 
   async start(deliverer: Deliverer): Promise<void> {
+    this.deliverer = deliverer;
     for (const channel of deliverer.channelNames()) {
       // Per-process concurrency only: BullMQ's global concurrency made pickup latency
       // spiky (hundreds of ms). Order across instances is kept by the superseded check.
@@ -152,7 +154,11 @@ export class BullQueue implements AlertQueue {
   async idle(timeoutMs = 30_000): Promise<boolean> {
     const until = Date.now() + timeoutMs;
     while (Date.now() < until) {
-      if ((await this.depth()) === 0) return true;
+      if ((await this.depth()) === 0) {
+        // The last deliveries' log rows too.
+        await this.deliverer?.settled();
+        return true;
+      }
       await sleep(25);
     }
     return false;
@@ -160,6 +166,7 @@ export class BullQueue implements AlertQueue {
 
   async close(): Promise<void> {
     await Promise.all(this.workers.map((w) => w.close().catch(() => {})));
+    await this.deliverer?.settled();
     for (const w of this.workers) {
       const c = (w as unknown as { opts: { connection: Redis | Cluster } }).opts.connection;
       c?.disconnect?.();
