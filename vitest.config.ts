@@ -13,6 +13,7 @@ import { defineConfig } from 'vitest/config';
 // The machines have 2 cores, so files run with limited parallelism and generous timeouts.
 
 export const REDIS = [
+  'core/binding.test.ts',
   'core/notifier/notifier.test.ts',
   'core/store/store.test.ts',
   'detectors/behavior-breaker/breaker.test.ts',
@@ -20,6 +21,7 @@ export const REDIS = [
   'detectors/no-progress/no-progress.detector.test.ts',
   'modes/modes.test.ts',
   'service/server.test.ts',
+  'service/session-keys.test.ts',
   'test/redis-topologies.test.ts',
 ];
 export const E2E = ['test/**/*.e2e.test.ts', '**/*.browser.test.ts'];

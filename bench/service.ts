@@ -1,6 +1,8 @@
 // `vigil serve` as shipped (its own process, default config and log level) under load,
 // each figure beside its baseline measured in the same run:
 // - POST /progress on the memory backend vs a bare fastify route with the same bodies;
+// - the same with each session's key (X-Vigil-Session-Key, as the plugin sends it) vs
+//   without, per backend;
 // - the same on Redis vs memory, and N instances on one Redis vs one;
 // - the gate's p99 while a channel hangs for 30 s vs a channel that answers at once
 //   (an embedding with such a channel, bench/service-server.ts).
@@ -13,11 +15,12 @@
 // over them. Redis: a redis-server of the bench's own unless --redis names one.
 //   npm run bench:service [-- --backend memory|redis|both --instances 2 --duration 10 --connections 10]
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
+import { sessionKey } from '../core/session-key.ts';
 import { benchArgs } from './args.ts';
 import { deleteKeys, ownRedis, track, vigilServe } from './serve.ts';
 
@@ -65,6 +68,10 @@ const calls = Array.from({ length: 20_000 }, (_, i) => ({
   landed: i % 50 === 0,
 }));
 const t0 = Date.now() - 60_000;
+// Each session's key from a secret of this run, as the plugin derives it.
+const secret = randomBytes(32);
+const keyOf = new Map(calls.slice(0, 200).map((c) => [c.session, `${c.session}=${sessionKey(secret, c.session)}`]));
+const keyed = (i: number) => ({ 'x-vigil-session-key': keyOf.get(calls[i % calls.length].session) as string });
 const ev = (i: number) => {
   const c = calls[i % calls.length];
   return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${t0 + (i % 60_000)}}`;
@@ -102,14 +109,19 @@ function cpuOf(pid: number | undefined): number | undefined {
  * Each session's events go to one instance (the k-th url gets the sessions k mod N), as
  * a plugin that keeps its connection to one instance sends them.
  */
-async function load(urls: string[], path: string, body: (i: number) => string): Promise<Load> {
+async function load(
+  urls: string[],
+  path: string,
+  body: (i: number) => string,
+  headers?: (i: number) => Record<string, string>,
+): Promise<Load> {
   const n = urls.length;
   const per = Math.max(1, Math.round(args.connections / n));
   const rs = await Promise.all(
     urls.map((url, k) => {
       let i = k;
-      const next = () => {
-        const b = body(i);
+      const next = (req: { headers?: Record<string, string> }) => {
+        const b = { ...req, body: body(i), ...(headers ? { headers: { ...req.headers, ...headers(i) } } : {}) };
         i += n;
         return b;
       };
@@ -119,7 +131,7 @@ async function load(urls: string[], path: string, body: (i: number) => string): 
         connections: per,
         duration: args.duration,
         headers: { 'content-type': 'application/json' },
-        requests: [{ setupRequest: (req) => ({ ...req, body: next() }) }],
+        requests: [{ setupRequest: (req) => next(req as { headers?: Record<string, string> }) as typeof req }],
       });
     }),
   );
@@ -151,18 +163,19 @@ async function measure(
   start: () => Promise<{ url: string; child: ChildProcess }[]>,
   path: string,
   body: (i: number) => string,
-  o: { batch?: number; redis?: string } = {},
+  o: { batch?: number; redis?: string; headers?: (i: number) => Record<string, string> } = {},
 ): Promise<Load> {
   const servers = await start();
   const admin = o.redis ? new Redis(o.redis) : undefined;
+  const headers = o.headers;
   try {
     const urls = servers.map((s) => s.url);
-    await load(urls, path, body).catch(() => undefined); // warm-up
+    await load(urls, path, body, headers).catch(() => undefined); // warm-up
     const cpu = () => servers.reduce((a, s) => a + (cpuOf(s.child.pid) ?? Number.NaN), 0);
     if (admin) await admin.config('RESETSTAT');
     const r0 = admin ? await redisCpu(admin) : 0;
     const before = cpu();
-    const r = await load(urls, path, body);
+    const r = await load(urls, path, body, headers);
     const used = cpu() - before;
     const batch = o.batch ?? 1;
     const events = (r.requests ?? 0) * batch;
@@ -232,6 +245,9 @@ try {
         );
       }
     }
+    const memKeyed = await measure(async () => [await vigilServe(memory)], '/progress', ev, { headers: keyed });
+    out.push(line('vigil serve, memory: with session keys', memKeyed));
+    out.push(`  memory, keys vs none: ${ratio(memKeyed, mem)}`);
   }
   if (args.backend !== 'memory') {
     const one = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, { redis: redisUrl });
@@ -270,6 +286,12 @@ try {
         );
       }
     }
+    const oneKeyed = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, {
+      headers: keyed,
+      redis: redisUrl,
+    });
+    out.push(line('vigil serve, redis x1: with session keys', oneKeyed));
+    out.push(`  redis x1, keys vs none: ${ratio(oneKeyed, one)}`);
     if (args.instances > 1) {
       const n = args.instances;
       const many = await measure(

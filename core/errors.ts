@@ -17,6 +17,8 @@ export const ERRORS = {
   FORBIDDEN: 403,
   /** The Host header names a host not in server.allowed_hosts (DNS rebinding). */
   HOST_NOT_ALLOWED: 403,
+  /** A session bound to its sensor's key named without that key (X-Vigil-Session-Key). */
+  SESSION_KEY_MISMATCH: 403,
   NOT_FOUND: 404,
   /** A client over a per-client limit (requests, new sessions). */
   RATE_LIMITED: 429,

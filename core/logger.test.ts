@@ -21,6 +21,13 @@ describe('logger redaction', () => {
     expect(lines.join('')).toContain('[REDACTED]');
   });
 
+  it("redacts the sensor routes' token and session key headers", () => {
+    const { lines, log } = capture();
+    const headers = { 'x-vigil-session-key': 'ses_a=k3y-of-ses-a', 'x-vigil-token': 't0ken' };
+    log.info({ req: { headers }, headers, res: { headers } }, 'request');
+    expect(lines.join('')).not.toMatch(/k3y-of-ses-a|t0ken/);
+  });
+
   it('scrubs known secret values wherever they appear', () => {
     const { lines, log } = capture();
     registerSecret('whsec_supersecretvalue');

@@ -22,6 +22,12 @@ const REDACT_PATHS = [
   'headers.authorization',
   'req.headers.authorization',
   'req.headers["x-vigil-admin-token"]',
+  'headers["x-vigil-admin-token"]',
+  'headers["x-vigil-token"]',
+  'headers["x-vigil-session-key"]',
+  '*.headers["x-vigil-admin-token"]',
+  '*.headers["x-vigil-token"]',
+  '*.headers["x-vigil-session-key"]',
 ];
 
 /**

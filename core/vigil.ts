@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import type { z } from 'zod';
+import { SessionBindings } from './binding.ts';
 import { type Clock, systemClock } from './clock.ts';
 import {
   type ChannelEntry,
@@ -112,6 +113,8 @@ export class Vigil {
   readonly toggles: ChannelToggles;
   readonly metrics: Metrics;
   readonly tree: SessionTree;
+  /** Which sensor key each session is bound to (the sensor routes check it). */
+  readonly bindings: SessionBindings;
   readonly engine: Engine;
   /** transition, tree, delivery, knobs, channel, heartbeat: what the admin page streams. */
   readonly events = new EventEmitter();
@@ -164,6 +167,7 @@ export class Vigil {
     );
     c.register(TOKENS.Metrics, { useValue: this.metrics });
     this.tree = new SessionTree(store, clock);
+    this.bindings = new SessionBindings(store, clock);
     c.register(TOKENS.Tree, { useValue: this.tree });
 
     this.deliveryLog = new DeliveryLog(store, config.notifications.log_size, this.events);

@@ -5,12 +5,14 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../core/clock.ts';
+import { sessionKey } from '../core/session-key.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { DirectiveAckSchema } from '../core/wire.ts';
 import { normalizeCall } from '../opencode/normalize.ts';
 import { testVigil, withMemory } from '../test/helpers/index.ts';
 import { INGEST_ROUTES } from './auth.ts';
 import { type App, buildServer } from './server.ts';
+import { KEYED_ROUTES } from './session-keys.ts';
 
 // The service as an outside client meets it, over real sockets: who may call which
 // route (checked against the table in docs/api.md), forged verdicts, a flood of new
@@ -104,6 +106,8 @@ interface Row {
   method: string;
   path: string;
   token: 'ingestion' | 'admin' | 'read' | 'none';
+  /** The session key column: `bound` (the key of each bound session named) or `-`. */
+  key: 'bound' | '-';
 }
 
 /** The rows of the table under "## Routes" in docs/api.md. */
@@ -112,8 +116,11 @@ function routeTable(): Row[] {
   const section = doc.slice(doc.indexOf('\n## Routes\n'), doc.indexOf('\n## ', doc.indexOf('\n## Routes\n') + 5));
   const rows: Row[] = [];
   for (const line of section.split('\n')) {
-    const m = /^\| `(GET|POST|PATCH|DELETE) ([^`?]+)(?:\?[^`]*)?` \|.*\| (ingestion|admin|read|none) \|$/.exec(line);
-    if (m) rows.push({ method: m[1], path: m[2], token: m[3] as Row['token'] });
+    const m =
+      /^\| `(GET|POST|PATCH|DELETE) ([^`?]+)(?:\?[^`]*)?` \|.*\| (bound|-) \| (ingestion|admin|read|none) \|$/.exec(
+        line,
+      );
+    if (m) rows.push({ method: m[1], path: m[2], key: m[3] as Row['key'], token: m[4] as Row['token'] });
   }
   expect(rows.length, 'rows of the route table in docs/api.md').toBeGreaterThan(30);
   return rows;
@@ -159,6 +166,11 @@ describe.runIf(withMemory)('who may call what (docs/api.md, Routes)', () => {
       .filter((r) => r.token === 'ingestion')
       .map((r) => r.path);
     expect(new Set(ingestion)).toEqual(INGEST_ROUTES);
+    // The rows whose session key column says `bound` are the routes that check keys.
+    const keyed = routeTable()
+      .filter((r) => r.key === 'bound')
+      .map((r) => r.path);
+    expect(new Set(keyed)).toEqual(KEYED_ROUTES);
   });
 
   it('off loopback with both tokens, each route takes exactly the token its row names', async () => {
@@ -195,6 +207,41 @@ describe.runIf(withMemory)('who may call what (docs/api.md, Routes)', () => {
       if (!ok) problems.push(`${r.method} ${path} (${r.token}): ${s}`);
     }
     expect(problems).toEqual([]);
+  });
+
+  it('the rows whose key column says bound refuse a request naming a bound session without its key', async () => {
+    const { port } = await start({ env: { VIGIL_INGEST_TOKEN: INGEST } });
+    const secret = Buffer.alloc(32, 1);
+    const bound = 'ses_bound';
+    const headers = { ...bearer(INGEST), 'x-vigil-session-key': sessionKey(secret, bound) };
+    expect(
+      (await call(port, { method: 'POST', path: '/progress', headers, body: tool(bound, 0, Date.now()) })).status,
+    ).toBe(202);
+    // A request of each sensor route naming the bound session, with the ingestion token and no key.
+    const naming: Record<string, { path: string; body?: unknown }> = {
+      'POST /progress': { path: '/progress', body: tool(bound, 1, Date.now()) },
+      'POST /verdicts': { path: '/verdicts', body: { session_id: bound, level: 'ok', reason: 'x' } },
+      'GET /directives': { path: `/directives?session=${bound}` },
+      'POST /directives/ack': {
+        path: '/directives/ack',
+        body: { acks: [{ id: 'dx', root_id: bound, session_id: bound }] },
+      },
+      'POST /requests': {
+        path: '/requests',
+        body: { session_id: bound, request_id: 'r1', model: 'a/b', prompt_tokens: 10, ts: Date.now() },
+      },
+      'POST /gate': { path: '/gate', body: { conversation: bound } },
+    };
+    const problems: string[] = [];
+    for (const r of routeTable().filter((x) => x.token === 'ingestion')) {
+      const req = naming[`${r.method} ${r.path}`];
+      if (!req) continue; // the heartbeat names no session
+      const a = await call(port, { method: r.method, path: req.path, headers: bearer(INGEST), body: req.body });
+      const refused = a.status === 403 && JSON.parse(a.text).code === 'SESSION_KEY_MISMATCH';
+      if (refused !== (r.key === 'bound')) problems.push(`${r.method} ${r.path} (${r.key}): ${a.status} ${a.text}`);
+    }
+    expect(problems).toEqual([]);
+    expect(Object.keys(naming).length).toBe(INGEST_ROUTES.size - 1);
   });
 
   it('a router holds the ingestion token, not the admin token, for the gate and its records', async () => {

@@ -52,6 +52,8 @@ const procs: Proc[] = [];
 // stored history).
 let proxy: Server | undefined;
 const sent: ProgressEvent[] = [];
+/** Each plugin request's route and whether it carried session keys (X-Vigil-Session-Key). */
+const keyed: { route: string; key: boolean }[] = [];
 
 async function startProxy(): Promise<string> {
   const port = await freePort();
@@ -60,6 +62,7 @@ async function startProxy(): Promise<string> {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', async () => {
       const body = Buffer.concat(chunks);
+      keyed.push({ route: `${req.method} ${req.url?.split('?')[0]}`, key: !!req.headers['x-vigil-session-key'] });
       if (req.method === 'POST' && req.url === '/progress') {
         try {
           sent.push(...(JSON.parse(body.toString('utf8')) as ProgressEvent[]));
@@ -451,6 +454,19 @@ describe.runIf(HAVE_OPENCODE)('the opencode plugin against opencode 1.18.33', ()
       awaiting: !!after.tree.awaiting_compaction,
       stage: after.tree.stage,
     }).toEqual({ refusedChild: false, awaiting: false, stage: 1 });
+    // Every report, poll and ack carried the sessions' keys, so the tree is bound to this
+    // plugin: another local process cannot stop it again (no key: 403, nothing judged).
+    const routes = new Set(keyed.map((k) => k.route));
+    for (const r of ['POST /progress', 'GET /directives', 'POST /directives/ack']) expect(routes).toContain(r);
+    expect(keyed.filter((k) => !k.key)).toEqual([]);
+    const forged = await http<{ code: string }>('POST', `${vigilUrl}/verdicts`, {
+      session_id: child,
+      level: 'looping',
+      reason: 'forged',
+      source: 'watchdog',
+    });
+    expect([forged.status, forged.data.code]).toEqual([403, 'SESSION_KEY_MISMATCH']);
+    expect((await vigilGet<{ tree: { stage: number } }>(`/trees/${root}`)).tree.stage).toBe(1);
   }, 300_000);
   it('sends result fingerprints and text fingerprints, as the converter computes them from the stored history', async () => {
     // every session so far: the plugin's tool events against the stored parts, converted

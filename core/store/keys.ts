@@ -18,6 +18,8 @@ export const TTL = {
   directives: 7 * DAY,
   /** Parent links and session metadata: dropped a week after the session went quiet. */
   session: 7 * DAY,
+  /** A session's sensor key binding: as long as the tree state it guards (renewed while in use). */
+  binding: 30 * DAY,
 } as const;
 
 export const keys = {
@@ -34,6 +36,8 @@ export const keys = {
   parent: (session: string) => `parent:${session}`,
   meta: (session: string) => `meta:${session}`,
   metaPrefix: 'meta:',
+  /** A hash of the sensor key a session is bound to (core/binding.ts). */
+  binding: (session: string) => `bind:${session}`,
   /** Every tracked session, scored by its last activity: the cap evicts the least recently active. */
   sessions: 'sessions',
   /** Runtime knob changes (PATCH /knobs). */

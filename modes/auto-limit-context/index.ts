@@ -1,38 +1,9 @@
-import { z } from 'zod';
-import type { Mode, ModePlugin, TreeState } from '../../core/contracts.ts';
-import { duration } from '../../core/duration.ts';
+import type { Mode, ModePlugin } from '../../core/contracts.ts';
 import { definePlugin } from '../../core/registry.ts';
+import { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap } from '../cap.ts';
 import { startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
-export const AutoLimitContextOptionsSchema = z.strictObject({
-  /**
-   * cap: the gate returns the max context size and the router enforces it (trims or
-   * refuses). overflow: the gate answers an over-cap request with a provider-shaped
-   * context-overflow error so the client (opencode) compacts on its own.
-   */
-  mechanism: z.enum(['cap', 'overflow']).default('cap'),
-  /** The cap in prompt tokens. */
-  max_context_tokens: z.number().int().min(1_000).max(10_000_000).default(100_000),
-  /** How long a cap stays (a Resume lifts it earlier). */
-  duration: duration().prefault('1h'),
-});
-export type AutoLimitContextOptions = z.output<typeof AutoLimitContextOptionsSchema>;
-
-/** Sets a cap on one session (`session`) or the whole tree (`'*'`). */
-export function applyCap(t: TreeState, scope: string, o: AutoLimitContextOptions, now: number): TreeState {
-  return {
-    ...t,
-    limits: {
-      ...t.limits,
-      [scope]: {
-        max_context_tokens: o.max_context_tokens,
-        mechanism: o.mechanism,
-        since: now,
-        until: now + o.duration,
-      },
-    },
-  };
-}
+export { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap };
 
 /** auto_limit_context: on looping, cap the stuck session's context. No stop. */
 export function autoLimitContextMode(o: AutoLimitContextOptions): Mode {

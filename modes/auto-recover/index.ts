@@ -3,7 +3,7 @@ import type { Decision, Mode, ModePlugin, TreeState } from '../../core/contracts
 import { duration, formatDuration } from '../../core/duration.ts';
 import { definePlugin } from '../../core/registry.ts';
 import { TOKENS } from '../../core/tokens.ts';
-import { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap } from '../auto-limit-context/index.ts';
+import { type AutoLimitContextOptions, AutoLimitContextOptionsSchema, applyCap } from '../cap.ts';
 import { resolveAlert, settle, sourceOf, startsActing, toast, treeGate, warnDecision } from '../common.ts';
 
 export const AutoRecoverOptionsSchema = z.strictObject({

@@ -1,10 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
+import { loadSensorSecret, parseSessionKeys, sessionKey } from '../../core/session-key.ts';
 import { ProgressEventSchema } from '../../core/wire.ts';
 import { CHILD, CWD, captured, ROOT } from './fixtures/captured.ts';
 
@@ -16,16 +17,21 @@ let dir = '';
 let file = '';
 let version = '';
 let mod: Record<string, unknown> = {};
+let secretFile = '';
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'vigil-plugin-bundle-'));
   file = join(dir, 'vigil.js');
+  // The plugin makes its sensor secret on first use: here, not in the user's home.
+  secretFile = join(dir, 'state', 'sensor-secret');
+  process.env.VIGIL_SENSOR_SECRET_FILE = secretFile;
   const out = execFileSync(process.execPath, [join(HERE, 'build.mjs'), '--out', file], { encoding: 'utf8' });
   version = /\((vigil-opencode\/\S+)\)/.exec(out)?.[1] ?? '';
   mod = await import(pathToFileURL(file).href);
 }, 60_000);
 
 afterAll(() => {
+  delete process.env.VIGIL_SENSOR_SECRET_FILE;
   vi.unstubAllGlobals();
   rmSync(dir, { recursive: true, force: true });
 });
@@ -135,6 +141,19 @@ describe('the bundled plugin (dist/vigil.js)', () => {
     expect(
       posted.every((p) => p.url === 'http://vigil.test:7411/progress' && p.headers['x-vigil-plugin'] === version),
     ).toBe(true);
+    // Each request carries the key of every session it names, from the secret it made (0600).
+    expect(statSync(secretFile).mode & 0o777).toBe(0o600);
+    const secret = loadSensorSecret(secretFile, { create: false });
+    for (const p of posted) {
+      const keys = parseSessionKeys(p.headers['x-vigil-session-key']);
+      if (typeof keys === 'string') throw new Error(keys);
+      const named = new Set<string>();
+      for (const e of p.body as { session_id: string; parent_session_id?: string }[]) {
+        named.add(e.session_id);
+        if (e.parent_session_id) named.add(e.parent_session_id);
+      }
+      expect(new Map([...named].map((id) => [id, sessionKey(secret, id)]))).toEqual(keys.bySession);
+    }
     const events = z.array(ProgressEventSchema).parse(posted.flatMap((p) => p.body));
     const hygiene = new Set(['assistant', 'prompt', 'retry', 'image', 'session_stats']);
     expect(events.filter((e) => !hygiene.has(e.kind))).toHaveLength(21);

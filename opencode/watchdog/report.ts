@@ -4,6 +4,7 @@ import { DesktopOptionsSchema } from '../../channels/desktop/desktop.options.ts'
 import { desktopPlugin } from '../../channels/desktop/index.ts';
 import type { Alert } from '../../core/alert.ts';
 import type { ChannelEntry, VigilConfig } from '../../core/config.ts';
+import { MAX_KEYED_SESSIONS, SESSION_KEY_HEADER, sessionKeyHeader } from '../../core/session-key.ts';
 import { TOKENS } from '../../core/tokens.ts';
 import type { SessionStatsEvent, VerdictLevel } from '../../core/wire.ts';
 import { short } from './discover.ts';
@@ -33,7 +34,25 @@ export interface ServiceTarget {
   url: string;
   /** The ingestion token (server.ingest_token_env), needed when the service has one (always off loopback). */
   token?: string;
+  /**
+   * A session's key from the user's sensor secret (core/session-key.ts), the one the
+   * plugin derives: a session the plugin bound takes the watchdog's reports only with it.
+   */
+  sessionKey?: (sessionId: string) => string;
   timeoutMs: number;
+}
+
+/** The X-Vigil-Session-Key header for the sessions items name (their own and their parents). */
+function keyHeader(t: ServiceTarget, items: readonly unknown[]): Record<string, string> {
+  if (!t.sessionKey) return {};
+  const named = new Set<string>();
+  for (const it of items) {
+    const o = it as { session_id?: unknown; parent_session_id?: unknown };
+    if (typeof o.session_id === 'string') named.add(o.session_id);
+    if (typeof o.parent_session_id === 'string') named.add(o.parent_session_id);
+  }
+  const v = sessionKeyHeader([...named].map((id) => [id, t.sessionKey!(id)] as const));
+  return v ? { [SESSION_KEY_HEADER]: v } : {};
 }
 
 /** POST JSON: no answer, a timeout or a 5xx is "down"; any other non-2xx is "refused" (a bug on our side). */
@@ -42,7 +61,11 @@ export async function post(t: ServiceTarget, path: string, body: unknown): Promi
   try {
     res = await fetch(`${t.url.replace(/\/+$/, '')}${path}`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...(t.token ? { authorization: `Bearer ${t.token}` } : {}) },
+      headers: {
+        'content-type': 'application/json',
+        ...(t.token ? { authorization: `Bearer ${t.token}` } : {}),
+        ...keyHeader(t, Array.isArray(body) ? body : [body]),
+      },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(t.timeoutMs),
     });
@@ -64,19 +87,22 @@ export async function post(t: ServiceTarget, path: string, body: unknown): Promi
   return { state: 'refused', why: `answered ${res.status}${msg ? `: ${short(msg)}` : ''}` };
 }
 
-/** Up to 500 verdicts per request (the service's batch limit). */
+/** Items per request: each names at most two sessions (its own, its parent), one key each. */
+const PER_REQUEST = MAX_KEYED_SESSIONS / 2;
+
+/** Verdicts, PER_REQUEST a request (the service's key header limit). */
 export async function postVerdicts(t: ServiceTarget, list: readonly VerdictOut[]): Promise<Delivery> {
-  for (let i = 0; i < list.length; i += 500) {
-    const d = await post(t, '/verdicts', list.slice(i, i + 500));
+  for (let i = 0; i < list.length; i += PER_REQUEST) {
+    const d = await post(t, '/verdicts', list.slice(i, i + PER_REQUEST));
     if (d.state !== 'ok') return d;
   }
   return { state: 'ok' };
 }
 
-/** Session-hygiene readings to POST /progress, up to 500 per request (the service's batch limit). */
+/** Session-hygiene readings to POST /progress, PER_REQUEST a request. */
 export async function postStats(t: ServiceTarget, list: readonly SessionStatsEvent[]): Promise<Delivery> {
-  for (let i = 0; i < list.length; i += 500) {
-    const d = await post(t, '/progress', list.slice(i, i + 500));
+  for (let i = 0; i < list.length; i += PER_REQUEST) {
+    const d = await post(t, '/progress', list.slice(i, i + PER_REQUEST));
     if (d.state !== 'ok') return d;
   }
   return { state: 'ok' };

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import { loadConfig } from '../../core/config.ts';
 import { createLogger } from '../../core/logger.ts';
+import { loadSensorSecret, sessionKey } from '../../core/session-key.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import type { NoProgressDetector } from '../../detectors/no-progress/no-progress.detector.ts';
 import type { SessionHygieneDetector } from '../../detectors/session-hygiene/hygiene.detector.ts';
@@ -211,6 +212,33 @@ describe('watchdog tick', () => {
     });
     expect(r).toMatchObject({ status: 'flagged', flagged: 1, model_calls: 1, service: 'up' });
     expect(r.reported[0].second_opinion).toBeUndefined();
+  });
+
+  it("signs its reports with the plugin's session keys: a bound session takes them only with the secret", async () => {
+    const now = Date.now();
+    // The plugin made the user's sensor secret and reported both sessions with their keys.
+    const file = join(dir, 'state', 'sensor-secret');
+    const secret = loadSensorSecret(file, { create: true });
+    for (const id of [LOOP, HEALTHY]) {
+      const res = await fetch(`${serviceUrl}/progress`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-vigil-session-key': sessionKey(secret, id) },
+        body: JSON.stringify({ kind: 'continuation', session_id: id, ts: now - 500, landed: false }),
+      });
+      expect(res.status).toBe(202);
+    }
+    const oc = await opencode(twoSessions(now));
+    const cfg = (state: string) =>
+      config({ servers: [oc.url], state_file: join(dir, state) }, { local_compute: { enabled: false } });
+    // A watchdog without that secret (another user, another file): refused, nothing changed.
+    const without = await runTick({ config: cfg('a.json'), env: { VIGIL_SENSOR_SECRET_FILE: join(dir, 'none') } });
+    expect(without).toMatchObject({ status: 'error', service: 'refused' });
+    expect(without.error).toMatch(/answered 403: headers\.x-vigil-session-key: no key for session/);
+    expect((await rows()).find((x) => x.session === LOOP)).toMatchObject({ verdict: 'ok' });
+    // With it (same user): the verdict lands.
+    const signed = await runTick({ config: cfg('b.json'), env: { VIGIL_SENSOR_SECRET_FILE: file } });
+    expect(signed).toMatchObject({ status: 'flagged', service: 'up' });
+    expect((await rows()).find((x) => x.session === LOOP)).toMatchObject({ verdict: 'looping', source: 'watchdog' });
   });
 
   it('a session it flagged before is reported ok once it recovers', async () => {

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import type { VigilConfig } from '../../core/config.ts';
 import { type Logger, silentLogger } from '../../core/logger.ts';
+import { loadSensorSecret, sensorSecretFile, sessionKey } from '../../core/session-key.ts';
 import type { SessionStatsEvent } from '../../core/wire.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
 import { type Collected, collectFromServer, type JudgedSession, judgeSessions, type LoadedSession } from './collect.ts';
@@ -58,6 +59,24 @@ export function watchdogKnobs(cfg: VigilConfig): NoProgressKnobs {
   return { ...progress, read_only_agents: ro };
 }
 
+/**
+ * The plugin's session keys (same user, same sensor secret), read each tick. Never made
+ * here: without the file no sensor of this user has bound a session, so keyless
+ * reports pass; an unreadable or bad file is logged and the reports go without keys.
+ */
+function sessionSigner(env: NodeJS.ProcessEnv, log: Logger): Pick<ServiceTarget, 'sessionKey'> {
+  const file = sensorSecretFile(env);
+  try {
+    const secret = loadSensorSecret(file, { create: false });
+    return { sessionKey: (id) => sessionKey(secret, id) };
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+      log.warn({ file, err: (err as Error).message }, 'sensor secret unreadable: reports go without session keys');
+    }
+    return {};
+  }
+}
+
 const clip = (s: string) => s.replace(/[^\x20-\x7e]/g, '?').slice(0, 300);
 
 export async function runTick(o: TickOptions): Promise<TickOutcome> {
@@ -71,6 +90,7 @@ export async function runTick(o: TickOptions): Promise<TickOutcome> {
     url: w.service_url,
     // A sensor: it sends the ingestion token, never the admin token (service/auth.ts).
     token: env[cfg.server.ingest_token_env] || undefined,
+    ...sessionSigner(env, log),
     timeoutMs: w.request_timeout,
   };
   const base = { at, servers: 0, sessions: 0, flagged: 0, model_calls: 0, reported: [], stats: 0, alerted: false };

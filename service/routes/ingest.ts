@@ -13,6 +13,7 @@ import {
   RequestRecordSchema,
 } from '../../core/wire.ts';
 import { SENSOR_ROUTE } from '../auth.ts';
+import { checkSessionKeys, namedSessions, withLiftedRoots } from '../session-keys.ts';
 
 /** The plugin names itself and its version in this header, so /health can show stale installs. */
 export const PLUGIN_HEADER = 'x-vigil-plugin';
@@ -93,6 +94,7 @@ export const ingestRoutes =
       async (req, reply) => {
         const events = Array.isArray(req.body) ? req.body : [req.body];
         checkTimes(events, Array.isArray(req.body));
+        await checkSessionKeys(vigil, req, await withLiftedRoots(vigil, events));
         const changes = await vigil.judge(events, {
           plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]),
         });
@@ -141,6 +143,7 @@ export const ingestRoutes =
       async (req, reply) => {
         const list = Array.isArray(req.body) ? req.body : [req.body];
         checkSources(list, Array.isArray(req.body));
+        await checkSessionKeys(vigil, req, namedSessions(list));
         const changes = await vigil.engine.verdicts(list);
         return reply.code(202).send({
           accepted: list.length,
@@ -195,7 +198,11 @@ export const ingestRoutes =
           querystring: z.strictObject({ session: IdSchema }),
         },
       },
-      async (req) => ({ directives: await rootsDirectives([req.query.session]) }),
+      async (req) => {
+        // The ids an ack names: only for the session's own sensor.
+        await checkSessionKeys(vigil, req, [req.query.session]);
+        return { directives: await rootsDirectives([req.query.session]) };
+      },
     );
 
     app.post(
@@ -207,6 +214,10 @@ export const ingestRoutes =
           body: DirectiveAckSchema,
         },
       },
-      async (req) => ({ acknowledged: await vigil.engine.ack(req.body.acks) }),
+      async (req) => {
+        // An ack lifts a block or ends an abort: it takes the key of the session the directive was for.
+        await checkSessionKeys(vigil, req, [...new Set(req.body.acks.map((a) => a.session_id))]);
+        return { acknowledged: await vigil.engine.ack(req.body.acks) };
+      },
     );
   };

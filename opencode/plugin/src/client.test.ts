@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseSessionKeys, sessionKey } from '../../../core/session-key.ts';
 import type { ProgressEvent } from '../../../core/wire.ts';
 import { type Trouble, VigilClient } from './client.ts';
 
@@ -141,6 +142,94 @@ describe('VigilClient', () => {
     mode = 'down';
     expect(await c.directives('ses_a')).toBeUndefined();
     expect(await c.ack([{ id: 'd1', root_id: 'ses_a', session_id: 'ses_a' }])).toBe(false);
+    await c.close();
+  });
+
+  it('sends the key of every session a request names: progress (with parents), directive reads, acks', async () => {
+    const secret = Buffer.alloc(32, 5);
+    const c = new VigilClient({
+      url,
+      pluginId: 'p/1',
+      ...fast,
+      flushDelayMs: 50,
+      sessionKey: (id) => sessionKey(secret, id),
+    });
+    c.send(ev(0));
+    c.send({ ...ev(1), session_id: 'ses_kid', parent_session_id: 'ses_a' });
+    await until('the batch', () => c.stats.sent === 2);
+    await c.directives('ses_kid');
+    await c.ack([
+      { id: 'd1', root_id: 'ses_a', session_id: 'ses_kid' },
+      { id: 'd2', root_id: 'ses_a', session_id: 'ses_kid' },
+    ]);
+    const keysOf = (h: Hit) => {
+      const k = parseSessionKeys(h.headers['x-vigil-session-key'] as string);
+      if (typeof k === 'string') throw new Error(k);
+      return Object.fromEntries(k.bySession);
+    };
+    const k = (id: string) => sessionKey(secret, id);
+    expect(hits.map((h) => [h.url, keysOf(h)])).toEqual([
+      ['/progress', { ses_a: k('ses_a'), ses_kid: k('ses_kid') }],
+      ['/directives?session=ses_kid', { ses_kid: k('ses_kid') }],
+      ['/directives/ack', { ses_kid: k('ses_kid') }],
+    ]);
+    await c.close();
+  });
+
+  it("a compaction_done carries its tree root's key too (it lifts the tree)", async () => {
+    const secret = Buffer.alloc(32, 6);
+    const c = new VigilClient({
+      url,
+      pluginId: 'p/1',
+      ...fast,
+      sessionKey: (id) => sessionKey(secret, id),
+      rootOf: (id) => (id === 'ses_grandkid' || id === 'ses_kid' ? 'ses_top' : id),
+    });
+    c.send({ kind: 'compaction_done', session_id: 'ses_grandkid', parent_session_id: 'ses_kid', ts: 1, landed: false });
+    await until('sent', () => c.stats.sent === 1);
+    const k = parseSessionKeys(hits[0].headers['x-vigil-session-key'] as string);
+    if (typeof k === 'string') throw new Error(k);
+    expect([...k.bySession.keys()].sort()).toEqual(['ses_grandkid', 'ses_kid', 'ses_top']);
+    expect(k.bySession.get('ses_top')).toBe(sessionKey(secret, 'ses_top'));
+    await c.close();
+  });
+
+  it('splits a batch so no request names more sessions than one key header holds', async () => {
+    const c = new VigilClient({
+      url,
+      pluginId: 'p/1',
+      ...fast,
+      flushDelayMs: 50,
+      sessionKey: (id) => `k${id}`.repeat(8),
+    });
+    for (let i = 0; i < 150; i++) c.send({ ...ev(i), session_id: `ses_${i}` });
+    await until('all sent', () => c.stats.sent === 150);
+    expect(hits.map((h) => h.body.length)).toEqual([100, 50]);
+    for (const h of hits) expect(String(h.headers['x-vigil-session-key']).split(' ')).toHaveLength(h.body.length);
+    await c.close();
+  });
+
+  it('a refusal for a session bound to another key is said as such (SESSION_KEY_MISMATCH)', async () => {
+    const troubles: Trouble[] = [];
+    server.removeAllListeners('request');
+    server.on('request', (_req, res) =>
+      res
+        .writeHead(403, { 'content-type': 'application/json' })
+        .end('{"statusCode":403,"code":"SESSION_KEY_MISMATCH","message":"headers.x-vigil-session-key: ..."}'),
+    );
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast, onTrouble: (t) => troubles.push(t) });
+    c.send(ev(0));
+    await c.flush();
+    expect(troubles).toEqual([{ kind: 'unauthorized', url, detail: 'answered 403 SESSION_KEY_MISMATCH' }]);
+    expect(c.stats.rejected).toBe(1);
+    await c.close();
+  });
+
+  it('without a key source it sends no key header (an older service, no secret)', async () => {
+    const c = new VigilClient({ url, pluginId: 'p/1', ...fast });
+    c.send(ev(0));
+    await until('sent', () => c.stats.sent === 1);
+    expect(hits[0].headers['x-vigil-session-key']).toBeUndefined();
     await c.close();
   });
 

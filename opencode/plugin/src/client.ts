@@ -1,3 +1,4 @@
+import { MAX_KEYED_SESSIONS, SESSION_KEY_HEADER, sessionKeyHeader } from '../../../core/session-key.ts';
 import type { Directive, ProgressEvent } from '../../../core/wire.ts';
 
 // The plugin's side of the Vigil HTTP API. Progress events are sent fire-and-forget:
@@ -27,6 +28,14 @@ export interface VigilClientOptions {
   pluginId: string;
   /** The service's ingestion token (server.ingest_token_env), sent as a bearer token when set. */
   token?: string;
+  /**
+   * The key of a session (HMAC of the local sensor secret, core/session-key.ts), sent in
+   * X-Vigil-Session-Key for every session a request names; undefined when there is no
+   * secret (the requests then go without, as before).
+   */
+  sessionKey?: (sessionId: string) => string | undefined;
+  /** A session's root as the plugin knows it: a `compaction_done` carries the root's key too (it lifts the tree). */
+  rootOf?: (sessionId: string) => string;
   /** Per request (ms). */
   timeoutMs?: number;
   /** Events kept while the service is unreachable; past it the oldest go. */
@@ -63,7 +72,9 @@ export class VigilClient {
   /** A trouble was reported and nothing has succeeded since. */
   private troubled = false;
   private readonly base: string;
-  private readonly o: Required<Omit<VigilClientOptions, 'onDirectives' | 'onTrouble' | 'fetch' | 'log' | 'token'>>;
+  private readonly o: Required<
+    Omit<VigilClientOptions, 'onDirectives' | 'onTrouble' | 'fetch' | 'log' | 'token' | 'sessionKey' | 'rootOf'>
+  >;
   private readonly fetch: typeof fetch;
   private readonly log: Log;
 
@@ -124,8 +135,8 @@ export class VigilClient {
 
   private async drain(): Promise<void> {
     while (this.buffer.length) {
-      const batch = this.buffer.splice(0, this.o.batchMax);
-      const r = await this.request('POST', '/progress', batch);
+      const batch = this.buffer.splice(0, this.batchSize());
+      const r = await this.request('POST', '/progress', batch, namedIn(batch, this.opts.rootOf));
       if (r.kind === 'ok') {
         this.backoffMs = 0;
         this.stats.sent += batch.length;
@@ -149,6 +160,17 @@ export class VigilClient {
     }
   }
 
+  /** Events of the next batch: at most batchMax, naming at most MAX_KEYED_SESSIONS sessions (one key each). */
+  private batchSize(): number {
+    const named = new Set<string>();
+    let n = 0;
+    for (; n < this.buffer.length && n < this.o.batchMax; n++) {
+      for (const id of namesOf(this.buffer[n], this.opts.rootOf)) named.add(id);
+      if (named.size > MAX_KEYED_SESSIONS) break;
+    }
+    return Math.max(1, n);
+  }
+
   private deliver(ds: Directive[]): void {
     try {
       this.opts.onDirectives?.(ds);
@@ -159,7 +181,7 @@ export class VigilClient {
 
   /** Pending directives of a session's tree; undefined when the service did not answer. */
   async directives(sessionID: string): Promise<Directive[] | undefined> {
-    const r = await this.request('GET', `/directives?session=${encodeURIComponent(sessionID)}`);
+    const r = await this.request('GET', `/directives?session=${encodeURIComponent(sessionID)}`, undefined, [sessionID]);
     if (r.kind !== 'ok') return undefined;
     const ds = (r.body as { directives?: unknown } | undefined)?.directives;
     return Array.isArray(ds) ? (ds as Directive[]) : [];
@@ -168,7 +190,7 @@ export class VigilClient {
   /** Acknowledge carried-out directives; false when the service did not take it (retry later). */
   async ack(acks: { id: string; root_id: string; session_id: string }[]): Promise<boolean> {
     if (!acks.length) return true;
-    const r = await this.request('POST', '/directives/ack', { acks });
+    const r = await this.request('POST', '/directives/ack', { acks }, [...new Set(acks.map((a) => a.session_id))]);
     return r.kind === 'ok' || r.kind === 'rejected';
   }
 
@@ -176,15 +198,18 @@ export class VigilClient {
     method: 'GET' | 'POST',
     path: string,
     body?: unknown,
+    sessions: readonly string[] = [],
   ): Promise<{ kind: 'ok'; body: unknown } | { kind: 'rejected'; status: number } | { kind: 'failed' }> {
     let res: Response;
     let text: string;
     try {
+      const keys = this.keysFor(sessions);
       res = await this.fetch(`${this.base}${path}`, {
         method,
         headers: {
           'x-vigil-plugin': this.o.pluginId,
           ...(this.opts.token ? { authorization: `Bearer ${this.opts.token}` } : {}),
+          ...(keys ? { [SESSION_KEY_HEADER]: keys } : {}),
           ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         },
         body: body === undefined ? undefined : JSON.stringify(body),
@@ -206,13 +231,26 @@ export class VigilClient {
       return { kind: 'ok', body: parsed };
     }
     if (res.status === 404 || res.status === 405) this.trouble('not_vigil', `answered ${res.status}`);
-    else if (res.status === 401 || res.status === 403) this.trouble('unauthorized', `answered ${res.status}`);
+    else if (res.status === 401 || res.status === 403)
+      this.trouble('unauthorized', `answered ${res.status}${codeOf(text)}`);
     else if (res.status >= 500) this.trouble('unreachable', `answered ${res.status}`);
     else if (res.status !== 408 && res.status !== 429) this.troubled = false; // Vigil is there: a bad batch
     // Not Vigil (nothing of it at this URL) is kept and retried like an outage; a 4xx from
     // Vigil would not pass on a retry either.
     const vigilRefused = res.status >= 400 && res.status < 500 && ![404, 405, 408, 429].includes(res.status);
     return vigilRefused ? { kind: 'rejected', status: res.status } : { kind: 'failed' };
+  }
+
+  /** The X-Vigil-Session-Key value for the sessions a request names (none without a key source). */
+  private keysFor(sessions: readonly string[]): string | undefined {
+    const keyOf = this.opts.sessionKey;
+    if (!keyOf || !sessions.length) return undefined;
+    const pairs: [string, string][] = [];
+    for (const id of sessions) {
+      const k = keyOf(id);
+      if (k !== undefined) pairs.push([id, k]);
+    }
+    return sessionKeyHeader(pairs);
   }
 
   private trouble(kind: Trouble['kind'], detail: string): void {
@@ -238,6 +276,32 @@ export class VigilClient {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
   }
+}
+
+/** ` SESSION_KEY_MISMATCH` when the refusal says a session is bound to another key, else ''. */
+function codeOf(text: string): string {
+  try {
+    return (JSON.parse(text) as { code?: unknown }).code === 'SESSION_KEY_MISMATCH' ? ' SESSION_KEY_MISMATCH' : '';
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * The sessions a batch names: each event's session and its parent (joining a tree names
+ * the parent), and for a `compaction_done` its root (service/session-keys.ts).
+ */
+function namedIn(batch: readonly ProgressEvent[], rootOf?: (id: string) => string): string[] {
+  const out = new Set<string>();
+  for (const ev of batch) for (const id of namesOf(ev, rootOf)) out.add(id);
+  return [...out];
+}
+
+function namesOf(ev: ProgressEvent, rootOf?: (id: string) => string): string[] {
+  const out = [ev.session_id];
+  if (ev.parent_session_id) out.push(ev.parent_session_id);
+  if (ev.kind === 'compaction_done' && rootOf) out.push(rootOf(ev.parent_session_id ?? ev.session_id));
+  return out;
 }
 
 /** A short reason for a failed fetch: the network error code when there is one. */

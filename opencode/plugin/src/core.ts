@@ -64,6 +64,7 @@ export class PluginCore {
     });
     this.client = new VigilClient({
       ...o.vigil,
+      rootOf: (id) => this.book.rootOf(id),
       log: this.log,
       onDirectives: (ds) => void this.runner.offer(ds),
     });

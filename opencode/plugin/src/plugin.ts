@@ -1,5 +1,6 @@
 import { appendFileSync } from 'node:fs';
 import type { Hooks, Plugin, PluginInput } from '@opencode-ai/plugin';
+import { loadSensorSecret, sensorSecretFile, sessionKey } from '../../../core/session-key.ts';
 import type { Log } from './client.ts';
 import { PluginCore } from './core.ts';
 import { SessionBook } from './identity.ts';
@@ -19,7 +20,10 @@ import { PLUGIN_ID } from './version.ts';
 // in a toast and in opencode's log. Env: VIGIL_PLUGIN_LOG (a file for debug lines; off
 // by default: opencode owns the terminal), VIGIL_POLL_MS (directive poll, default
 // 3000), VIGIL_STATS_MS (session_stats of a resume waiting for its first token,
-// default 10000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op).
+// default 10000), VIGIL_PLUGIN_DISABLED=1 (load as a no-op). Every request carries the
+// key of each session it names, derived from the user's sensor secret (created on first
+// use: $XDG_STATE_HOME/vigil/sensor-secret, or VIGIL_SENSOR_SECRET_FILE), so only this
+// sensor can stop, lift or read the directives of the sessions it reported first.
 
 function fileLog(path: string | undefined): Log | undefined {
   if (!path) return undefined;
@@ -32,10 +36,27 @@ function fileLog(path: string | undefined): Log | undefined {
   };
 }
 
+/**
+ * Each session's key from the sensor secret, or undefined when the secret cannot be
+ * read or made (the reports then go without keys: fail open, said once in the log).
+ */
+function sessionSigner(env: Record<string, string | undefined>, log: Log | undefined) {
+  const file = sensorSecretFile(env);
+  try {
+    const secret = loadSensorSecret(file, { create: true });
+    return (id: string) => sessionKey(secret, id);
+  } catch (err) {
+    log?.('warn', 'no sensor secret: reports go without session keys', { file, err: String(err).slice(0, 200) });
+    return undefined;
+  }
+}
+
 function createCore(ctx: PluginInput, env: Record<string, string | undefined>, settings: Settings): PluginCore {
   const poll = Number(env.VIGIL_POLL_MS);
   const stats = Number(env.VIGIL_STATS_MS);
   const notice = opencodeNotice(ctx.client);
+  const log = fileLog(env.VIGIL_PLUGIN_LOG);
+  const signer = sessionSigner(env, log);
   return new PluginCore({
     book: new SessionBook({ lookup: sessionLookup(ctx.client) }),
     actions: opencodeActions(ctx.client),
@@ -43,6 +64,7 @@ function createCore(ctx: PluginInput, env: Record<string, string | undefined>, s
       url: settings.url,
       pluginId: PLUGIN_ID,
       ...(settings.token ? { token: settings.token } : {}),
+      ...(signer ? { sessionKey: signer } : {}),
       onTrouble: (t) => void notice(troubleMessage(t, settings.from)),
     },
     cwd: ctx.directory,
@@ -52,7 +74,7 @@ function createCore(ctx: PluginInput, env: Record<string, string | undefined>, s
       measure: bulkMeasure(ctx.client),
       statsMs: Number.isFinite(stats) && stats >= 250 ? stats : 10_000,
     },
-    log: fileLog(env.VIGIL_PLUGIN_LOG),
+    log,
   });
 }
 

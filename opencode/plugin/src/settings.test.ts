@@ -29,5 +29,12 @@ describe('plugin settings', () => {
     expect(troubleMessage({ kind: 'not_vigil', url: 'http://h/x', detail: 'answered 404' }, 'option')).toContain(
       'is not Vigil (answered 404): tool calls are not being judged. Set the plugin option url',
     );
+    // A session bound to another key is not a token problem: it says which.
+    const bound = troubleMessage(
+      { kind: 'unauthorized', url: DEFAULT_URL, detail: 'answered 403 SESSION_KEY_MISMATCH' },
+      'default',
+    );
+    expect(bound).toContain('bound to another sensor key (SESSION_KEY_MISMATCH)');
+    expect(bound).not.toContain('VIGIL_INGEST_TOKEN');
   });
 });

@@ -53,6 +53,9 @@ export function settingsOf(
 /** The one-line warning a person sees in opencode when the reports go nowhere. */
 export function troubleMessage(t: Trouble, from: Settings['from']): string {
   const where = from === 'option' ? 'the plugin option url' : from === 'env' ? 'VIGIL_URL' : 'VIGIL_URL (unset)';
+  if (t.kind === 'unauthorized' && t.detail.includes('SESSION_KEY_MISMATCH')) {
+    return `Vigil at ${t.url} refused a session's reports: it is bound to another sensor key (SESSION_KEY_MISMATCH). Was the sensor secret (VIGIL_SENSOR_SECRET_FILE, ~/.local/state/vigil/sensor-secret) replaced?`;
+  }
   if (t.kind === 'unauthorized') {
     return `Vigil at ${t.url} refused the plugin (${t.detail}): set VIGIL_INGEST_TOKEN to the service's ingestion token.`;
   }
