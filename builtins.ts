@@ -4,6 +4,7 @@ import { twilioPlugin } from './channels/twilio/index.ts';
 import { webhookPlugin } from './channels/webhook/index.ts';
 import type { AgentInstaller } from './core/installer.ts';
 import { Registry } from './core/registry.ts';
+import type { SensorDescriptor } from './core/sensor.ts';
 import { behaviorBreakerPlugin } from './detectors/behavior-breaker/index.ts';
 import { moneyPlugin } from './detectors/money/index.ts';
 import { noProgressPlugin } from './detectors/no-progress/index.ts';
@@ -13,7 +14,10 @@ import { autoLimitContextPlugin } from './modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from './modes/auto-recover/index.ts';
 import { warnPlugin } from './modes/warn/index.ts';
 import { opencodeInstaller } from './opencode/plugin/installer.ts';
+import { opencodeSensor } from './opencode/sensor.ts';
 import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
+import { claudeCodeSensor } from './sensors/claude-code/descriptor.ts';
+import { claudeCodeInstaller } from './sensors/claude-code/installer.ts';
 
 // The composition root: the one list of what ships with Vigil. The kernel (core/)
 // knows none of these; it drives whatever is registered here or loaded from the
@@ -35,8 +39,13 @@ export function createRegistry(): Registry {
     .register(autoLimitContextPlugin, 'built-in')
     .register(autoRecoverPlugin, 'built-in')
     .section('local_compute', LocalComputeSchema)
-    .section('watchdog', WatchdogSchema);
+    .section('watchdog', WatchdogSchema)
+    .sensor(opencodeSensor)
+    .sensor(claudeCodeSensor);
 }
 
 /** The sensors' installers: `vigil install <agent>` and `vigil uninstall <agent>`, one per agent. */
-export const installers: readonly AgentInstaller<any>[] = [opencodeInstaller];
+export const installers: readonly AgentInstaller<any>[] = [opencodeInstaller, claudeCodeInstaller];
+
+/** What each sensor can carry out (core/sensor.ts), for the readouts. */
+export const sensors: readonly SensorDescriptor[] = [opencodeSensor, claudeCodeSensor];

@@ -1,6 +1,6 @@
 import { homedir } from 'node:os';
 import { type Command, CommanderError } from 'commander';
-import type { AgentInstaller, InstallResult } from '../core/installer.ts';
+import type { AgentInstaller, InstallResult, InstallStatus } from '../core/installer.ts';
 import { parseArgs } from './args.ts';
 
 // `vigil install <agent>` and `vigil uninstall <agent>`: one subcommand per installer
@@ -68,4 +68,36 @@ export function installCommands(
       });
     }
   }
+}
+
+/** A sensor as GET /health lists it. */
+export interface SensorLive {
+  name: string;
+  agent: string;
+  last_seen_at: string | null;
+  cannot_act: string;
+}
+
+/**
+ * `vigil status`'s agents: per installer, whether its sensor is wired here (the default
+ * location) and, from the service, when that sensor last reported and which of the
+ * mode's actions it cannot take itself.
+ */
+export async function agentsText(
+  list: readonly AgentInstaller<any>[],
+  live: readonly SensorLive[],
+  env: NodeJS.ProcessEnv,
+  ago: (iso: string) => string,
+): Promise<string> {
+  let out = '';
+  for (const inst of list) {
+    const st: InstallStatus | undefined = await inst
+      .status?.({}, { env, home: env.HOME || homedir() })
+      .catch((e: Error) => ({ wired: false, path: e.message }));
+    const s = live.find((x) => x.name === inst.agent);
+    const wired = st ? (st.wired ? `wired (${st.version ?? '?'}, ${st.path})` : `not wired (${st.path})`) : 'unknown';
+    const seen = s?.last_seen_at ? `live, last report ${ago(s.last_seen_at)} ago` : 'no report yet';
+    out += `  ${inst.agent}: ${wired}; ${seen}${s?.cannot_act ? `; cannot: ${s.cannot_act}` : ''}\n`;
+  }
+  return out;
 }

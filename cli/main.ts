@@ -13,7 +13,7 @@ import { inspectConfig } from '../core/vigil.ts';
 import { createVigil } from '../index.ts';
 import { parseArgs } from './args.ts';
 import { completionScript } from './completion.ts';
-import { installCommands } from './install.ts';
+import { agentsText, installCommands, type SensorLive } from './install.ts';
 import { ago, call, cut, DEFAULT_URL, type Remote, table, when } from './remote.ts';
 
 export interface Io {
@@ -171,7 +171,7 @@ export function buildProgram(io: Io = defaultIo()): Command {
     .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
     .action(async (raw) => {
       const r = remoteOf(parseArgs(z.strictObject({ url: z.string().optional() }), raw, 'status'), env, 'status');
-      io.out(await statusText(r));
+      io.out(await statusText(r, env));
     });
 
   program
@@ -261,6 +261,23 @@ export function buildProgram(io: Io = defaultIo()): Command {
     });
 
   installCommands(program, installers, io, env);
+
+  program
+    .command('hook')
+    .description('an agent hook bridge: the payload on stdin, the answer on stdout, always exit 0 (fail open)')
+    .command('claude-code')
+    .description('one Claude Code command hook call (vigil install claude-code wires a faster bundled copy)')
+    .argument('<event>', 'the hook event (PreToolUse, PostToolUse, Stop, ...)')
+    .action(async (event: string) => {
+      const a = parseArgs(
+        z.strictObject({ event: z.string().regex(/^[A-Za-z]{1,40}$/, 'a hook event name') }),
+        { event },
+        'hook claude-code',
+      );
+      const { readStdin, runHook } = await import('../sensors/claude-code/bridge.ts');
+      const r = await runHook(a.event, await readStdin(), env).catch(() => ({ stdout: '' }));
+      if (r.stdout) io.out(r.stdout);
+    });
 
   program
     .command('completion')
@@ -377,9 +394,10 @@ interface Health {
   channels: ChannelStatus[];
   knobs: Explained[];
   watchdog: { last_tick_at: string; age_s: number; result: { status: string } } | null;
+  sensors?: SensorLive[];
 }
 
-async function statusText(r: Remote): Promise<string> {
+async function statusText(r: Remote, env: NodeJS.ProcessEnv): Promise<string> {
   const [h, rows, alerts, deliveries] = await Promise.all([
     call<Health>(r, 'GET', '/health'),
     call<Row[]>(r, 'GET', '/sessions?limit=10000'),
@@ -392,6 +410,7 @@ async function statusText(r: Remote): Promise<string> {
   ]);
   let out = `vigil ${h.version} at ${r.url}: ${h.ok ? 'ok' : 'DEGRADED'} (backend ${h.backend}, redis ${h.redis}, mode ${h.mode}, queue ${h.queue_depth ?? '-'})\n`;
   out += `watchdog: ${h.watchdog ? `${h.watchdog.result.status}, last tick ${ago(h.watchdog.last_tick_at)} ago` : 'never reported'}\n`;
+  out += `\nagents\n${await agentsText(installers, h.sensors ?? [], env, ago)}`;
   out += '\nchannels\n';
   for (const c of h.channels) {
     const last = c.last_delivery ? `; last ${c.last_delivery.outcome} ${ago(c.last_delivery.at)} ago` : '';

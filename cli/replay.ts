@@ -16,6 +16,7 @@ import {
   type SweepRow,
   score,
 } from '../detectors/no-progress/replay/replay.ts';
+import { isClaudeTranscripts, loadClaudeTranscripts } from '../sensors/claude-code/transcripts.ts';
 import { type LedgerRun, renderLedgerReplay, replayLedger } from './ledger-replay.ts';
 import { table } from './remote.ts';
 
@@ -112,7 +113,10 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
 
   let result: ReplayResult;
   try {
-    result = await runReplay(a.input, { knobs, ...opts });
+    // Claude Code transcripts (a file, a project folder or ~/.claude/projects) go through its sensor's mapping.
+    const input = isClaudeTranscripts(a.input) ? loadClaudeTranscripts(a.input) : a.input;
+    if (typeof input !== 'string') for (const i of input.issues) opts.onIssue(i);
+    result = await runReplay(input, { knobs, ...opts });
   } catch (e) {
     bar?.stop();
     err(`cannot read ${a.input}: ${(e as Error).message}`);

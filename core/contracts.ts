@@ -1,6 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { z } from 'zod';
 import type { Alert, AlertInput, Severity } from './alert.ts';
+import type { SensorAction } from './sensor.ts';
 import type {
   DirectiveSpec,
   DirectiveType,
@@ -326,6 +327,11 @@ export interface Mode {
   readonly type: string;
   /** Whether it acts on a loop (refuse, abort, compact, cap); false for a warning-only mode. */
   readonly acts: boolean;
+  /**
+   * The sensor actions its decisions ask for (core/sensor.ts): readouts show the ones a
+   * session's sensor cannot take.
+   */
+  readonly asks?: readonly SensorAction[];
   decide(tree: TreeState, ev: ModeEvent, now: number): Decision;
   /** Its part of the gate's answer for a conversation of this tree. */
   gate(tree: TreeState, session: string, now: number): GateVote | undefined;

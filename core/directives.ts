@@ -23,7 +23,7 @@ const lifts = (l: DirectiveSpec, b: Directive) =>
   (l.scope === 'tree' || (b.scope !== 'tree' && b.session_id === l.session_id));
 
 /**
- * Directives for the opencode plugin, queued per tree and kept until the plugin
+ * Directives for the sensors, queued per tree and kept until a sensor
  * acknowledges them, so a lost /progress response does not lose an action. Every
  * response repeats what is still pending; the plugin acts once per id.
  */

@@ -22,6 +22,7 @@ import type { Logger } from './logger.ts';
 import { Lru } from './lru.ts';
 import type { Metrics } from './metrics.ts';
 import type { Notifier } from './notifier/notifier.ts';
+import { gapLine, gapsOf, type SensorDescriptor, sensorNameOf } from './sensor.ts';
 import { keys, TTL } from './store/keys.ts';
 import type { Store } from './store/store.ts';
 import type { SessionTree } from './tree.ts';
@@ -56,6 +57,13 @@ export interface SessionRow {
   models: string[];
   plugin_live: boolean;
   plugin_version: string | null;
+  /** The sensor that reports it (from its plugin header), when it declared itself. */
+  sensor?: string | null;
+  /**
+   * The actions the configured mode asks that this sensor does not take itself, and how
+   * they are done instead (`compact via inject; toast none`); empty when all are native.
+   */
+  cannot_act?: string;
   last_event_at: string | null;
   /** Every detector's verdict on the session. */
   detectors: Record<string, { level: VerdictLevel; reason: string; source: string }>;
@@ -174,6 +182,8 @@ export class Engine {
     private readonly events: EventEmitter,
     /** detection.stale_after: a tree this long without sensor input reads as stale. */
     private readonly staleAfterMs = 30 * 60_000,
+    /** What each sensor can carry out (core/sensor.ts), by name. */
+    readonly sensors: ReadonlyMap<string, SensorDescriptor> = new Map(),
   ) {
     this.directives = new DirectiveQueue(store);
     const having = (m: keyof Detector) => driven.filter((x) => typeof x.detector[m] === 'function');
@@ -777,6 +787,7 @@ export class Engine {
       models: meta?.models ?? [],
       plugin_live: this.tree.pluginLive(meta),
       plugin_version: meta?.plugin_version ?? null,
+      ...this.sensorFields(meta?.plugin_version),
       last_event_at: null,
       detectors: {},
       series: {},
@@ -790,6 +801,13 @@ export class Engine {
     }
     row.last_event_at = last ? new Date(last).toISOString() : null;
     return this.withStaleness([row])[0];
+  }
+
+  /** The session's sensor and the actions the mode asks that it cannot take itself. */
+  private sensorFields(pluginVersion: string | undefined): { sensor: string | null; cannot_act: string } {
+    const name = sensorNameOf(pluginVersion);
+    const s = name === undefined ? undefined : this.sensors.get(name);
+    return { sensor: name ?? null, cannot_act: s ? gapLine(gapsOf(s, this.mode().asks ?? [])) : '' };
   }
 
   /** Marks the rows of trees no sensor reported on for staleAfterMs (their plugin is not live then). */

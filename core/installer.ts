@@ -24,6 +24,13 @@ export interface InstallResult {
   notes?: string[];
 }
 
+export interface InstallStatus {
+  wired: boolean;
+  /** Where it looked. */
+  path: string;
+  version?: string;
+}
+
 /** One command-line flag of an installer: `--<name> [<value>]`, its key in the options being `name` with `_`. */
 export interface InstallerFlag {
   name: string;
@@ -44,4 +51,6 @@ export interface AgentInstaller<O = Record<string, unknown>> {
   install(o: O, ctx: InstallContext): Promise<InstallResult>;
   /** Removes only what it installed; idempotent. */
   uninstall(o: O, ctx: InstallContext): Promise<InstallResult>;
+  /** Whether its sensor is wired where `install` with these options puts it (`vigil status`). */
+  status?(o: O, ctx: InstallContext): Promise<InstallStatus>;
 }

@@ -2,6 +2,7 @@ import type { InjectionToken } from 'tsyringe';
 import type { z } from 'zod';
 import type { AnyPlugin, Channel, ChannelPlugin, DetectorPlugin, ModePlugin } from './contracts.ts';
 import { AppError } from './errors.ts';
+import { defineSensor, type SensorDescriptor } from './sensor.ts';
 import { TOKENS } from './tokens.ts';
 
 /** Marks what definePlugin() returned, so a plugin module's exports are recognised. */
@@ -55,6 +56,8 @@ export class Registry {
   readonly detectors = new Map<string, DetectorPlugin>();
   readonly modes = new Map<string, ModePlugin>();
   readonly sections = new Map<string, z.ZodObject<any>>();
+  /** What each sensor can carry out, by the name it gives in the plugin header (core/sensor.ts). */
+  readonly sensors = new Map<string, SensorDescriptor>();
   /** Where each plugin came from (a module path for plugins loaded from config). */
   readonly origins = new Map<string, string>();
 
@@ -73,6 +76,14 @@ export class Registry {
     }
     table.set(p.type, p);
     this.origins.set(`${p.kind}:${p.type}`, origin);
+    return this;
+  }
+
+  /** A sensor's declared capabilities (validated); one per name. */
+  sensor(d: SensorDescriptor): this {
+    const v = defineSensor(d);
+    if (this.sensors.has(v.name)) throw new AppError('PLUGIN_DUPLICATE', `sensor "${v.name}" is already declared`);
+    this.sensors.set(v.name, v);
     return this;
   }
 

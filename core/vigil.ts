@@ -32,6 +32,7 @@ import { MemoryQueue } from './notifier/memory-queue.ts';
 import { Notifier } from './notifier/notifier.ts';
 import type { AlertQueue } from './notifier/queue.ts';
 import type { Registry } from './registry.ts';
+import { gapLine, gapsOf, sensorNameOf } from './sensor.ts';
 import { keys } from './store/keys.ts';
 import { MemoryStore } from './store/memory.ts';
 import { RedisStore } from './store/redis.ts';
@@ -42,7 +43,6 @@ import {
   type DirectiveSpec,
   type GateAnswer,
   type GateQuery,
-  type Heartbeat,
   type ProgressEvent,
   type ProgressEventInput,
   ProgressEventSchema,
@@ -120,7 +120,8 @@ export class Vigil {
   readonly events = new EventEmitter();
   /** Watchdog heartbeat and plugin builds seen, for /health. */
   readonly health = {
-    watchdog: undefined as undefined | { last_tick_at: number; result: Heartbeat['result']; received_at: number },
+    // The outside watcher's latest tick as it reported it (its shape is its own: the route validates it).
+    watchdog: undefined as undefined | { last_tick_at: number; result: { status: string }; received_at: number },
     plugins: new Lru<string, number>(50),
   };
   private started = false;
@@ -263,6 +264,7 @@ export class Vigil {
       this.metrics,
       this.events,
       this.config.detection.stale_after as number,
+      registry.sensors,
     );
     this.engine = engine;
   }
@@ -271,6 +273,25 @@ export class Vigil {
    * Progress events from an embedder, validated like the HTTP body (a bad one throws
    * naming the field; nothing is judged then). The engine takes them parsed.
    */
+  /**
+   * Every declared sensor (core/sensor.ts) with the last time one of its builds
+   * reported here, and the actions the configured mode asks that it does not take
+   * itself (how they are done instead, or `none`).
+   */
+  sensorHealth(): { name: string; agent: string; last_seen_at: string | null; cannot_act: string }[] {
+    const asks = this.mode().asks ?? [];
+    return [...this.registry.sensors.values()].map((s) => {
+      let last = 0;
+      for (const [v, at] of this.health.plugins.entries()) if (sensorNameOf(v) === s.name && at > last) last = at;
+      return {
+        name: s.name,
+        agent: s.agent,
+        last_seen_at: last ? new Date(last).toISOString() : null,
+        cannot_act: gapLine(gapsOf(s, asks)),
+      };
+    });
+  }
+
   progress(input: ProgressEventInput | readonly ProgressEventInput[], origin: Origin = {}) {
     return this.judge(parseAll(ProgressEventSchema, input, 'progress'), origin);
   }

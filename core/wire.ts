@@ -358,23 +358,6 @@ export const ExternalVerdictSchema = z.strictObject({
 export type ExternalVerdict = z.output<typeof ExternalVerdictSchema>;
 export type ExternalVerdictInput = z.input<typeof ExternalVerdictSchema>;
 
-export const TICK_STATUSES = ['ok', 'flagged', 'idle', 'blind', 'error', 'skipped'] as const;
-
-/** The watchdog's tick result, as it reports it after each tick. */
-export const HeartbeatSchema = z.strictObject({
-  last_tick_at: TimestampSchema,
-  result: z.strictObject({
-    status: z.enum(TICK_STATUSES),
-    servers: z.number().int().min(0).max(10_000).default(0),
-    sessions: z.number().int().min(0).max(1_000_000).default(0),
-    flagged: z.number().int().min(0).max(1_000_000).default(0),
-    model_calls: z.number().int().min(0).max(1_000_000).default(0),
-    duration_ms: z.number().min(0).max(86_400_000).optional(),
-    error: z.string().max(300).optional(),
-  }),
-});
-export type Heartbeat = z.output<typeof HeartbeatSchema>;
-
 /** What the router asks before each model request. */
 export const GateQuerySchema = z.strictObject({
   conversation: IdSchema,
@@ -400,7 +383,7 @@ export type GateAnswer = z.output<typeof GateAnswerSchema>;
 export const DIRECTIVE_TYPES = ['toast', 'abort', 'compact', 'lift', 'fresh', 'block'] as const;
 export type DirectiveType = (typeof DIRECTIVE_TYPES)[number];
 
-/** An action for the opencode plugin, queued per tree until the plugin acknowledges it. */
+/** An action for a sensor (core/sensor.ts maps each to the capability it needs), queued per tree until acknowledged. */
 export const DirectiveSpecSchema = z.strictObject({
   type: z.enum(DIRECTIVE_TYPES),
   /** The session to act on (abort, compact, fresh) or about (toast, lift). */
@@ -436,7 +419,7 @@ export const DirectiveSchema = DirectiveSpecSchema.extend({
 });
 export type Directive = z.output<typeof DirectiveSchema>;
 
-/** The plugin acknowledges the directives it carried out. */
+/** The sensor acknowledges the directives it carried out (or cannot carry out). */
 export const DirectiveAckSchema = z.strictObject({
   acks: z
     // session_id: the session the directive was issued for; an ack naming another is refused.

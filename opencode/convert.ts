@@ -1,5 +1,6 @@
 import type { AssistantEvent, MarkerEvent, ProgressEvent, RequestRecord, RetryEvent, ToolEvent } from '../core/wire.ts';
-import { type CallFingerprint, normalizeCall, resultFingerprint, textFingerprint } from './normalize.ts';
+import { judgeLanded, type LandedTracker, newLandedTracker } from '../sensors/shared/landed.ts';
+import { normalizeCall, resultFingerprint, textFingerprint } from './normalize.ts';
 
 // Converters from opencode 1.18 shapes (verified against a real 1.18.33, see
 // docs/opencode.md and test/fixtures/opencode-export/) to
@@ -98,71 +99,15 @@ export interface SessionContext {
 // ---------------------------------------------------------------------------
 // landed tracker
 
-/**
- * Per-session memory the landed rules need: fingerprints of test/lint commands whose
- * latest run failed. Plain JSON (serialisable as is), bounded, never mutated: every
- * change returns a new tracker.
- */
-export interface LandedTracker {
-  readonly failing: readonly string[];
-}
-
-export const LANDED_TRACKER_MAX = 32;
-
-export function newLandedTracker(): LandedTracker {
-  return { failing: [] };
-}
-
-export interface CallOutcome {
-  tool: string;
-  /** `completed` or `error` */
-  status: string;
-  exit: number | null;
-  metadata?: Record<string, unknown>;
-  facts: CallFingerprint;
-}
-
-/** The landed rules, pure: (tracker, finished call) -> (landed, tracker). */
-export function judgeLanded(tr: LandedTracker, c: CallOutcome): { landed: boolean; tracker: LandedTracker } {
-  const f = c.facts;
-  if (c.tool === 'bash' || c.tool === 'shell') {
-    if (f.testLike && c.exit !== null) {
-      const wasFailing = tr.failing.includes(f.fingerprint);
-      if (c.exit !== 0) {
-        if (wasFailing) return { landed: false, tracker: tr };
-        const failing = [...tr.failing, f.fingerprint];
-        if (failing.length > LANDED_TRACKER_MAX) failing.shift();
-        return { landed: false, tracker: { failing } };
-      }
-      if (wasFailing) {
-        return { landed: true, tracker: { failing: tr.failing.filter((x) => x !== f.fingerprint) } };
-      }
-    }
-    return { landed: c.status === 'completed' && c.exit === 0 && f.gitCommit, tracker: tr };
-  }
-  if (c.status !== 'completed') return { landed: false, tracker: tr };
-  if (
-    c.tool === 'edit' ||
-    c.tool === 'multiedit' ||
-    c.tool === 'write' ||
-    c.tool === 'patch' ||
-    c.tool === 'apply_patch'
-  ) {
-    return { landed: hasDiff(c.tool, c.metadata), tracker: tr };
-  }
-  return { landed: false, tracker: tr };
-}
-
-function hasDiff(tool: string, m: Record<string, unknown> | undefined): boolean {
-  if (m === undefined) return tool === 'write';
-  if (typeof m.diff === 'string') return m.diff.trim().length > 0;
-  const fd = m.filediff as { additions?: unknown; deletions?: unknown } | undefined;
-  if (fd && typeof fd === 'object') return Number(fd.additions ?? 0) + Number(fd.deletions ?? 0) > 0;
-  // multiedit: one result per edit, each with its own diff
-  if (Array.isArray(m.results))
-    return m.results.some((r) => hasDiff('edit', (r as { metadata?: never }).metadata ?? r));
-  return tool === 'write' && !('diff' in m);
-}
+// The landed rules are every sensor's (sensors/shared/landed.ts); re-exported for the
+// plugin, the watchdog and their tests.
+export {
+  type CallOutcome,
+  judgeLanded,
+  LANDED_TRACKER_MAX,
+  type LandedTracker,
+  newLandedTracker,
+} from '../sensors/shared/landed.ts';
 
 // ---------------------------------------------------------------------------
 // tool calls

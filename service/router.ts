@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Vigil } from '../core/vigil.ts';
 import type { GateAnswer, GateQuery } from '../core/wire.ts';
+import { identityFromHeaders } from '../sensors/claude-code/identity.ts';
 import { capBody, estimateTokens } from './router/cap.ts';
 import { tapAnswer } from './router/tap.ts';
 import { type CostOf, recordOfFacts } from './router/usage.ts';
@@ -50,14 +51,19 @@ const header = (req: FastifyRequest, name: string): string | undefined => {
   return typeof s === 'string' && ID.test(s) ? s : undefined;
 };
 
-/** The conversation identity of a model request: the router headers, else opencode's x-session-id. */
+/**
+ * The conversation identity of a model request: the router headers, else the agent's
+ * own (opencode's x-session-id; Claude Code's x-claude-code-session-id and, from a
+ * subagent, x-claude-code-agent-id: the same session ids its hooks report).
+ */
 export function identityOf(req: FastifyRequest): GateQuery | undefined {
-  const conversation = header(req, 'x-router-conversation') ?? header(req, 'x-session-id');
+  const claude = identityFromHeaders((n) => header(req, n));
+  const conversation = header(req, 'x-router-conversation') ?? header(req, 'x-session-id') ?? claude?.conversation;
   if (!conversation) return undefined;
   const body = req.body as { model?: unknown } | undefined;
   const model = typeof body?.model === 'string' && ID.test(body.model) ? body.model : undefined;
   const agent = header(req, 'x-router-agent');
-  const parent = header(req, 'x-router-parent');
+  const parent = header(req, 'x-router-parent') ?? (conversation === claude?.conversation ? claude.parent : undefined);
   return { conversation, ...(agent ? { agent } : {}), ...(parent ? { parent } : {}), ...(model ? { model } : {}) };
 }
 

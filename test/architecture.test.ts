@@ -21,9 +21,62 @@ function files(dir: string, ext = /\.(ts|mjs)$/): string[] {
 const importsOf = (file: string) =>
   [...readFileSync(join(ROOT, file), 'utf8').matchAll(/(?:from|import)\s*\(?\s*['"]([^'"]+)['"]/g)].map((m) => m[1]);
 
+/**
+ * The code of a TypeScript source without its comments (strings kept: a string is code).
+ * A scanner, not a parser: enough for this repository's sources (a `//` inside a regex
+ * literal would be read as a comment; none in core/ has one).
+ */
+function codeOnly(src: string): string {
+  let out = '';
+  let i = 0;
+  while (i < src.length) {
+    const c = src[i];
+    const n = src[i + 1];
+    if (c === '/' && n === '/') {
+      while (i < src.length && src[i] !== '\n') i++;
+    } else if (c === '/' && n === '*') {
+      const end = src.indexOf('*/', i + 2);
+      const stop = end < 0 ? src.length : end + 2;
+      out += src.slice(i, stop).replace(/[^\n]/g, ' ');
+      i = stop;
+    } else if (c === "'" || c === '"' || c === '`') {
+      let j = i + 1;
+      while (j < src.length && src[j] !== c) j += src[j] === '\\' ? 2 : 1;
+      out += src.slice(i, j + 1);
+      i = j + 1;
+    } else {
+      out += c;
+      i++;
+    }
+  }
+  return out;
+}
+
+const AGENT_NAMES = /opencode|claude|codex|gemini/i;
+
+/** Lines of code (comments removed) in `src` that name an agent. */
+function agentNames(src: string): number[] {
+  return codeOnly(src)
+    .split('\n')
+    .flatMap((l, i) => (AGENT_NAMES.test(l) ? [i + 1] : []));
+}
+
 describe('architecture', () => {
+  it('the kernel (core/) names no agent outside comments: each sensor owns its shapes', () => {
+    // the check itself: a name in code is found, one in a comment is not
+    expect(agentNames("const a = 'x'; // opencode\n/* claude */ const b = 'gemini-cli';\nconst c = `codex`;")).toEqual([
+      2, 3,
+    ]);
+    const bad: string[] = [];
+    for (const f of files('core')) {
+      if (f.endsWith('.test.ts')) continue;
+      for (const line of agentNames(readFileSync(join(ROOT, f), 'utf8'))) bad.push(`${f}:${line}`);
+    }
+    expect(bad).toEqual([]);
+  });
+
   it('the kernel (core/) imports no plugin, no composition root, no service and nothing opencode-specific', () => {
-    const outward = /^(\.\.\/)+(detectors|modes|channels|opencode|service|cli|builtins|index)(\/|\.ts$)/;
+    const outward = /^(\.\.\/)+(detectors|modes|channels|opencode|sensors|service|cli|builtins|index)(\/|\.ts$)/;
     const bad: string[] = [];
     for (const f of files('core')) {
       if (f.endsWith('.test.ts')) continue;
@@ -41,6 +94,7 @@ describe('architecture', () => {
       'channels',
       'modes',
       'opencode',
+      'sensors',
       'service',
       'cli',
       'bench',

@@ -1,13 +1,8 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
-import {
-  ExternalVerdictSchema,
-  GateQuerySchema,
-  HeartbeatSchema,
-  ProgressEventSchema,
-  RequestRecordSchema,
-} from '../core/wire.ts';
+import { ExternalVerdictSchema, GateQuerySchema, ProgressEventSchema, RequestRecordSchema } from '../core/wire.ts';
+import { HeartbeatSchema } from '../opencode/watchdog/wire.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { testVigil } from './helpers/index.ts';
 

@@ -14,6 +14,7 @@ export function autoCompactMode(o: AutoCompactOptions): Mode {
   return {
     type: 'auto_compact',
     acts: true,
+    asks: ['compact', 'toast'],
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
       if (startsActing(ev)) {

@@ -10,6 +10,7 @@ export function autoLimitContextMode(o: AutoLimitContextOptions): Mode {
   return {
     type: 'auto_limit_context',
     acts: true,
+    asks: ['cap_context', 'toast'],
     decide(tree, ev, now) {
       const d = warnDecision(tree, ev, now, 'warning');
       if (startsActing(ev)) {

@@ -51,6 +51,7 @@ export function autoRecoverMode(o: AutoRecoverOptions, cap: AutoLimitContextOpti
   return {
     type: 'auto_recover',
     acts: true,
+    asks: ['block_tool', 'abort', 'compact', 'cap_context', 'stop_run', 'toast'],
     decide(tree, ev, now): Decision {
       const recoveries = tree.recoveries.filter((x) => now - x < o.recover_window);
       const ended = (tree.stage === 1 || tree.stage === 2) && recoveries.length === 0 && !tree.awaiting_compaction;

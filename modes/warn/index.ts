@@ -14,6 +14,7 @@ export function warnMode(o: WarnOptions): Mode {
   return {
     type: 'warn',
     acts: false,
+    asks: ['toast'],
     decide: (tree, ev, now) => warnDecision(tree, ev, now, o.looping_severity),
     // Nothing is refused in warn mode, but a tree stopped under another mode stays stopped.
     gate: (tree, session, now) => treeGate(tree, session, now),

@@ -90,4 +90,10 @@ export const opencodeInstaller: AgentInstaller<Options> = {
     rmSync(path);
     return { action: 'removed', path, version: `vigil-opencode/${version}`, notes: ['restart opencode to unload it'] };
   },
+
+  async status(o, ctx) {
+    const path = join(targetDir(o, ctx), FILE);
+    const version = existsSync(path) ? versionOf(readFileSync(path, 'utf8')) : undefined;
+    return { wired: version !== undefined, path, ...(version ? { version: `vigil-opencode/${version}` } : {}) };
+  },
 };

@@ -53,6 +53,8 @@ export const healthRoutes =
                 result: wd.result,
               }
             : null,
+          // Each declared sensor: when it last reported, and what the mode asks that it cannot do itself.
+          sensors: vigil.sensorHealth(),
           plugins: [...vigil.health.plugins.entries()].map(([v, at]) => ({
             version: v,
             last_seen_at: new Date(at).toISOString(),

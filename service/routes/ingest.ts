@@ -7,11 +7,11 @@ import type { Vigil } from '../../core/vigil.ts';
 import {
   DirectiveAckSchema,
   ExternalVerdictSchema,
-  HeartbeatSchema,
   IdSchema,
   ProgressEventSchema,
   RequestRecordSchema,
 } from '../../core/wire.ts';
+import { HeartbeatSchema } from '../../opencode/watchdog/wire.ts';
 import { SENSOR_ROUTE } from '../auth.ts';
 import { checkSessionKeys, namedSessions, withLiftedRoots } from '../session-keys.ts';
 

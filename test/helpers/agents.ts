@@ -20,6 +20,7 @@ export interface AgentCli {
 /** Every agent CLI the e2e tier drives. */
 export const AGENTS = {
   opencode: { pkg: 'opencode-ai', version: '1.18.33', bin: 'opencode' },
+  claudeCode: { pkg: '@anthropic-ai/claude-code', version: '2.1.328', bin: 'claude' },
 } as const satisfies Record<string, AgentCli>;
 
 /** `$VIGIL_AGENT_CACHE`, else vigil-agents/ in the OS temp dir. */

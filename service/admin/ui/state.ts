@@ -36,6 +36,8 @@ export interface Health {
     result: { status: string; sessions?: number; flagged?: number; servers?: number; error?: string };
   };
   plugins: { version: string; last_seen_at: string }[];
+  /** Declared sensors: last report, and the mode's actions each cannot take itself. */
+  sensors?: { name: string; agent: string; last_seen_at: string | null; cannot_act: string }[];
   /** Each detector's one-glance state (the breaker's tripped models, ...). */
   detectors: Record<string, Record<string, unknown>>;
 }

@@ -56,6 +56,13 @@ export function HealthView() {
     <table class="kv" id="health"><tbody>
       ${rows.map(([k, v]) => html`<tr><th scope="row">${k}</th><td data-key=${k}>${String(v)}</td></tr>`)}
     </tbody></table>
+    <h3>Sensors</h3>
+    ${
+      h.sensors?.length
+        ? html`<table class="grid" id="sensors"><thead><tr><th scope="col">sensor</th><th scope="col">agent</th><th scope="col">last report</th><th scope="col">cannot take (this mode)</th></tr></thead>
+          <tbody>${h.sensors.map((s) => html`<tr><td>${s.name}</td><td>${s.agent}</td><td>${s.last_seen_at ? clock(s.last_seen_at) : 'never'}</td><td>${s.cannot_act || 'nothing missing'}</td></tr>`)}</tbody></table>`
+        : html`<p class="empty">none declared</p>`
+    }
     <h3>Plugin versions seen</h3>
     ${
       h.plugins.length

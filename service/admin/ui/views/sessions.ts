@@ -137,7 +137,7 @@ function Row({
     ${budgets ? html`<td class=${`budget budget-${row.budget_level ?? 'none'}`} title="the tightest budget today">${row.budget ?? '-'}</td>` : null}
     <td title=${row.top_target ?? ''}>${row.top_target ? `${short(row.top_target, 40)} x${row.top_count}` : '-'}</td>
     <td>${row.models.length ? row.models.map((m) => html`<div>${short(m, 24)}</div>`) : '-'}</td>
-    <td class=${`plugin-${plugin}`}>${plugin}</td>
+    <td class=${`plugin-${plugin}`} title=${row.sensor ?? ''}>${plugin}${row.cannot_act ? html`<div class="cannot" title="actions the mode asks that this agent's sensor does not take itself">cannot: ${row.cannot_act}</div>` : null}</td>
     <td>${clock(row.last_event_at)}</td>
     <td class="detectors">${flagged.length ? flagged.map(([k, d]) => html`<span class=${`badge lvl-${d.level}`} title=${d.reason}>${k}: ${d.level}</span>`) : '-'}</td>
     ${series.map((n) => html`<td><${Spark} values=${row.series?.[n] ?? []} label=${n.replace(/_/g, ' ')} /></td>`)}
