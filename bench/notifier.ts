@@ -1,6 +1,12 @@
-// Enqueue-to-delivered latency through the Redis backend with a no-op channel, at a
-// steady rate, beside raw BullMQ add-to-processed latency measured in the same run.
-//   npm run bench:notifier [-- --rate 500 --count 3000]
+// The notifier against raw BullMQ, same run, same Redis (a redis-server of the bench's
+// own unless --url names one), a no-op channel, concurrency 1 (the default lane):
+//   latency   notify -> delivered beside BullMQ add -> processed, at --rate alerts/s
+//   capacity  the highest offered rate (a ladder of steps, --step-ms each) whose p99
+//             stays within 1 s, for both
+//   cost      Redis server CPU and Node CPU per alert (INFO cpu and process.cpuUsage
+//             deltas over the latency run), and the commands Redis ran per alert
+// Each of --runs runs prints its ratios; the last lines give their range.
+//   npm run bench:notifier [-- --rate 500 --count 3000 --runs 3]
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
@@ -13,18 +19,25 @@ import type { ChannelPlugin } from '../core/contracts.ts';
 import { RedisStore } from '../core/store/redis.ts';
 import { createVigil } from '../index.ts';
 import { benchArgs } from './args.ts';
+import { ownRedis } from './serve.ts';
 
 const args = benchArgs(
   z.strictObject({
     rate: z.coerce.number().int().positive().default(500),
     count: z.coerce.number().int().positive().default(3000),
-    url: z.string().default(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'),
+    runs: z.coerce.number().int().positive().default(3),
+    'step-ms': z.coerce.number().int().positive().default(2000),
+    capacity: z.enum(['on', 'off']).default('on'),
+    url: z.string().optional(),
   }),
 );
 
+const url = args.url ?? (await ownRedis()).url;
+const admin = new Redis(url);
+
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
 }
 
 /** Fires `count` calls of `fn(i)` at `rate` per second (paced in 10 ms ticks). */
@@ -38,38 +51,54 @@ async function paced(count: number, rate: number, fn: (i: number) => void): Prom
   }
 }
 
-async function raw(): Promise<number[]> {
-  const prefix = `bench-raw-${randomUUID().slice(0, 8)}`;
-  const started = new Map<string, number>();
-  const lat: number[] = [];
-  const conn = new Redis(args.url, { maxRetriesPerRequest: null });
-  const q = new Queue('deliver-noop', { connection: new Redis(args.url), prefix });
-
-  const w = new Worker(
-    'deliver-noop',
-    async (job) => {
-      lat.push(performance.now() - started.get(job.id!)!);
-    },
-    { connection: conn, prefix, concurrency: 1 },
-  );
-  await w.waitUntilReady();
-  await paced(args.count, args.rate, (i) => {
-    const id = `j${i}`;
-    started.set(id, performance.now());
-    void q.add('deliver', { i }, { jobId: id, attempts: 2, removeOnComplete: { age: 86_400, count: 5000 } });
-  });
-  while (lat.length < args.count) await sleep(20);
-  await w.close();
-  await q.obliterate({ force: true });
-  await q.close();
-  conn.disconnect();
-  return lat;
+/** Redis server CPU seconds so far (user + sys of the server). */
+async function redisCpu(): Promise<number> {
+  const info = await admin.info('cpu');
+  const f = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
+  return f('used_cpu_user') + f('used_cpu_sys');
 }
 
-async function vigil(): Promise<number[]> {
+/** Commands Redis ran since the last reset, by name (a Lua script's inner commands counted too). */
+async function commandCalls(): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const m of (await admin.info('commandstats')).matchAll(/cmdstat_([^:]+):calls=(\d+)/g)) {
+    if (!/^(info|config)/.test(m[1])) out.set(m[1], Number(m[2]));
+  }
+  return out;
+}
+
+/** One system under test: `fire(key)` raises alert `key`; `delivered(key, ms)` is called when it arrives. */
+interface System {
+  fire(key: string): void;
+  close(): Promise<void>;
+}
+type Make = (onDelivered: (key: string) => void) => Promise<System>;
+
+const rawBullmq: Make = async (onDelivered) => {
+  const prefix = `bench-raw-${randomUUID().slice(0, 8)}`;
+  const conn = new Redis(url, { maxRetriesPerRequest: null });
+  const q = new Queue('deliver-noop', { connection: new Redis(url), prefix });
+  const w = new Worker('deliver-noop', async (job) => onDelivered(job.data.key), {
+    connection: conn,
+    prefix,
+    concurrency: 1,
+  });
+  await w.waitUntilReady();
+  return {
+    fire(key) {
+      void q.add('deliver', { key }, { jobId: key, attempts: 2, removeOnComplete: { age: 86_400, count: 5000 } });
+    },
+    async close() {
+      await w.close();
+      await q.obliterate({ force: true });
+      await q.close();
+      conn.disconnect();
+    },
+  };
+};
+
+const vigilNotifier: Make = async (onDelivered) => {
   const prefix = `bench-vigil-${randomUUID().slice(0, 8)}`;
-  const started = new Map<string, number>();
-  const lat: number[] = [];
   const noop: ChannelPlugin<Record<string, never>> = {
     kind: 'channel',
     type: 'noop',
@@ -78,7 +107,7 @@ async function vigil(): Promise<number[]> {
       type: 'noop',
       name,
       async send(a) {
-        lat.push(performance.now() - started.get(a.dedup_key)!);
+        onDelivered(a.dedup_key);
       },
     }),
   };
@@ -86,40 +115,137 @@ async function vigil(): Promise<number[]> {
     registry: createRegistry().register(noop),
     env: {},
     overlay: {
-      store: { backend: 'redis', redis_url: args.url, key_prefix: prefix },
+      store: { backend: 'redis', redis_url: url, key_prefix: prefix },
       notifications: {
         log_size: 1000,
         channels: [{ name: 'noop', type: 'noop', min_severity: 'info', rate_limit: { max: 1_000_000, window: '1h' } }],
       },
     },
   });
-  await paced(args.count, args.rate, (i) => {
-    const key = `ses_${i}`;
-    started.set(key, performance.now());
-    void v.notifier.notify({
-      dedup_key: key,
-      severity: 'warning',
-      title: 'stalling',
-      summary: 'bench',
-      source: 'bench',
-    });
-  });
-  while (lat.length < args.count) await sleep(20);
-  await v.close();
-  const s = new RedisStore({ url: args.url, prefix });
-  await s.flushNamespace();
-  await s.close();
-  return lat;
+  return {
+    fire(key) {
+      void v.notifier.notify({
+        dedup_key: key,
+        severity: 'warning',
+        title: 'stalling',
+        summary: 'bench',
+        source: 'bench',
+      });
+    },
+    async close() {
+      await v.close();
+      const s = new RedisStore({ url, prefix });
+      await s.flushNamespace();
+      await s.close();
+    },
+  };
+};
+
+interface Step {
+  p50: number;
+  p99: number;
+  /** Redis server CPU and this process's CPU per alert, us. */
+  redisUs: number;
+  nodeUs: number;
+  /** Commands Redis ran per alert, by name. */
+  commands: Map<string, number>;
+  /** Every alert arrived within the wait. */
+  complete: boolean;
 }
 
-const r = await raw();
-const g = await vigil();
-const row = (name: string, xs: number[]) =>
-  `${name.padEnd(34)} p50 ${pct(xs, 50).toFixed(2).padStart(7)} ms   p99 ${pct(xs, 99).toFixed(2).padStart(7)} ms`;
-console.log(`notifier bench: ${args.count} alerts at ${args.rate}/s, Redis ${args.url}, no-op channel, concurrency 1`);
-console.log(row('raw BullMQ add -> processed', r));
-console.log(row('vigil notify -> delivered', g));
+/** `count` alerts at `rate`/s through a fresh system; latency from fire to delivery. */
+async function step(make: Make, rate: number, count: number, tag: string): Promise<Step> {
+  const started = new Map<string, number>();
+  const lat: number[] = [];
+  const sys = await make((key) => {
+    const t = started.get(key);
+    if (t !== undefined) lat.push(performance.now() - t);
+  });
+  // A warm-up alert: scripts loaded, queues set up.
+  started.set(`${tag}-warm`, performance.now());
+  sys.fire(`${tag}-warm`);
+  for (let i = 0; i < 200 && lat.length < 1; i++) await sleep(10);
+  lat.length = 0;
+  await admin.config('RESETSTAT');
+  const cpu0 = await redisCpu();
+  const node0 = process.cpuUsage();
+  await paced(count, rate, (i) => {
+    const key = `${tag}-${i}`;
+    started.set(key, performance.now());
+    sys.fire(key);
+  });
+  const until = performance.now() + 30_000;
+  while (lat.length < count && performance.now() < until) await sleep(20);
+  const node = process.cpuUsage(node0);
+  const redisUs = ((await redisCpu()) - cpu0) * 1e6;
+  const calls = await commandCalls();
+  const complete = lat.length >= count;
+  await sys.close();
+  const commands = new Map([...calls].map(([k, n]) => [k, n / count]));
+  return {
+    p50: pct(lat, 50),
+    p99: complete ? pct(lat, 99) : Number.POSITIVE_INFINITY,
+    redisUs: redisUs / count,
+    nodeUs: (node.user + node.system) / count,
+    commands,
+    complete,
+  };
+}
+
+/** The highest rate of the ladder whose p99 stays within 1 s (0: not even the first). */
+async function capacity(make: Make, tag: string): Promise<{ rate: number; p99: number }> {
+  let best = { rate: 0, p99: Number.NaN };
+  for (let rate = 500; rate <= 40_000; rate = Math.round(rate * 1.4)) {
+    const s = await step(make, rate, Math.round((rate * args['step-ms']) / 1000), `${tag}-${rate}`);
+    if (!(s.p99 <= 1000)) break;
+    best = { rate, p99: s.p99 };
+  }
+  return best;
+}
+
+const ms = (x: number) => `${x.toFixed(2).padStart(7)} ms`;
+const top = (c: Map<string, number>) =>
+  [...c]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 6)
+    .map(([k, n]) => `${k} ${n.toFixed(1)}`)
+    .join(', ');
+
 console.log(
-  `ratio (vigil / raw): p50 ${(pct(g, 50) / pct(r, 50)).toFixed(2)}x   p99 ${(pct(g, 99) / pct(r, 99)).toFixed(2)}x   (goal <= 1.5)`,
+  `notifier bench: ${args.count} alerts at ${args.rate}/s, ${args.url ? `Redis ${args.url}` : 'a redis-server of its own'}, no-op channel, concurrency 1, ${args.runs} runs`,
 );
+const ratios: { p50: number; p99: number; cap: number }[] = [];
+for (let run = 1; run <= args.runs; run++) {
+  const r = await step(rawBullmq, args.rate, args.count, `r${run}`);
+  const g = await step(vigilNotifier, args.rate, args.count, `v${run}`);
+  console.log(`run ${run}`);
+  console.log(`  raw BullMQ add -> processed   p50 ${ms(r.p50)}   p99 ${ms(r.p99)}`);
+  console.log(`  vigil notify -> delivered     p50 ${ms(g.p50)}   p99 ${ms(g.p99)}`);
+  console.log(
+    `  per alert: Redis CPU raw ${r.redisUs.toFixed(0)} us, vigil ${g.redisUs.toFixed(0)} us; Node CPU raw ${r.nodeUs.toFixed(0)} us, vigil ${g.nodeUs.toFixed(0)} us`,
+  );
+  console.log(`  Redis commands per alert, raw: ${top(r.commands)}`);
+  console.log(`  Redis commands per alert, vigil: ${top(g.commands)}`);
+  const ratio = { p50: g.p50 / r.p50, p99: g.p99 / r.p99, cap: Number.NaN };
+  if (args.capacity === 'on') {
+    const rc = await capacity(rawBullmq, `rc${run}`);
+    const gc = await capacity(vigilNotifier, `vc${run}`);
+    ratio.cap = gc.rate / rc.rate;
+    console.log(
+      `  sustained (p99 <= 1 s, ladder x1.4 from 500/s, ${args['step-ms']} ms steps): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
+    );
+  }
+  console.log(
+    `  ratio vigil / raw: p50 ${ratio.p50.toFixed(2)}x  p99 ${ratio.p99.toFixed(2)}x  capacity ${ratio.cap.toFixed(2)}x`,
+  );
+  ratios.push(ratio);
+}
+const range = (k: 'p50' | 'p99' | 'cap') => {
+  const xs = ratios.map((x) => x[k]);
+  return `${Math.min(...xs).toFixed(2)}-${Math.max(...xs).toFixed(2)}x`;
+};
+console.log(
+  `range over ${args.runs} runs: p50 ${range('p50')}, p99 ${range('p99')} (goal <= 1.5); capacity ${range('cap')} (goal >= 0.7)`,
+);
+admin.disconnect();
 process.exit(0);

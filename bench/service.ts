@@ -6,17 +6,23 @@
 // - the same on Redis vs memory, and N instances on one Redis vs one;
 // - the gate's p99 while a channel hangs for 30 s vs a channel that answers at once
 //   (an embedding with such a channel, bench/service-server.ts).
+// - batches: the same events posted 10 and 50 to a request (the plugin's batch form),
+//   events/s per service core beside single-event requests;
+// - scale on paper: Redis server CPU per progress event (INFO cpu delta over the
+//   measured load; INFO commandstats says which commands), service CPU per event, and
+//   what one Redis core and one service core sustain at that cost (docs/development.md).
 // Load from autocannon in this process; with N instances the connections are spread
-// over them.
+// over them. Redis: a redis-server of the bench's own unless --redis names one.
 //   npm run bench:service [-- --backend memory|redis|both --instances 2 --duration 10 --connections 10]
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
+import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { sessionKey } from '../core/session-key.ts';
 import { benchArgs } from './args.ts';
-import { deleteKeys, track, vigilServe } from './serve.ts';
+import { deleteKeys, ownRedis, track, vigilServe } from './serve.ts';
 
 const args = benchArgs(
   z.strictObject({
@@ -24,8 +30,11 @@ const args = benchArgs(
     instances: z.coerce.number().int().min(1).max(8).default(2),
     duration: z.coerce.number().int().positive().default(10),
     connections: z.coerce.number().int().positive().default(10),
-    redis: z.url({ protocol: /^redis$/ }).default('redis://127.0.0.1:6379'),
+    redis: z.url({ protocol: /^redis$/ }).optional(),
     gate: z.enum(['yes', 'no']).default('yes'),
+    batches: z.enum(['yes', 'no']).default('yes'),
+    /** Tool calls per agent per second while it works, for the agents-per-Redis figure. */
+    'calls-per-agent': z.coerce.number().positive().default(0.2),
   }),
 );
 
@@ -70,6 +79,11 @@ const ev = (i: number) => {
 
 interface Load {
   rps: number;
+  /** Events per request. */
+  batch?: number;
+  /** Redis server CPU per event (us) and the commands it ran per event (measured load only). */
+  redisUs?: number;
+  commands?: [string, number][];
   p50: number;
   p99: number;
   errors: number;
@@ -130,22 +144,49 @@ async function load(
   };
 }
 
+/** Redis server CPU seconds so far (user + sys). */
+async function redisCpu(r: Redis): Promise<number> {
+  const info = await r.info('cpu');
+  const f = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
+  return f('used_cpu_user') + f('used_cpu_sys');
+}
+
+/** Commands Redis ran since the last reset (a script's inner commands too), most first. */
+async function commandCalls(r: Redis): Promise<[string, number][]> {
+  const out: [string, number][] = [];
+  for (const m of (await r.info('commandstats')).matchAll(/cmdstat_([^:]+):calls=(\d+)/g))
+    if (!/^(info|config)/.test(m[1])) out.push([m[1], Number(m[2])]);
+  return out.sort((a, b) => b[1] - a[1]);
+}
+
 async function measure(
   start: () => Promise<{ url: string; child: ChildProcess }[]>,
   path: string,
   body: (i: number) => string,
-  headers?: (i: number) => Record<string, string>,
+  o: { batch?: number; redis?: string; headers?: (i: number) => Record<string, string> } = {},
 ): Promise<Load> {
   const servers = await start();
+  const admin = o.redis ? new Redis(o.redis) : undefined;
+  const headers = o.headers;
   try {
     const urls = servers.map((s) => s.url);
     await load(urls, path, body, headers).catch(() => undefined); // warm-up
     const cpu = () => servers.reduce((a, s) => a + (cpuOf(s.child.pid) ?? Number.NaN), 0);
+    if (admin) await admin.config('RESETSTAT');
+    const r0 = admin ? await redisCpu(admin) : 0;
     const before = cpu();
     const r = await load(urls, path, body, headers);
     const used = cpu() - before;
-    return { ...r, ...(Number.isFinite(used) && r.requests ? { cpuUs: used / r.requests } : {}) };
+    const batch = o.batch ?? 1;
+    const events = (r.requests ?? 0) * batch;
+    const out: Load = { ...r, batch, ...(Number.isFinite(used) && r.requests ? { cpuUs: used / r.requests } : {}) };
+    if (admin && events) {
+      out.redisUs = (((await redisCpu(admin)) - r0) * 1e6) / events;
+      out.commands = (await commandCalls(admin)).map(([k, n]) => [k, n / events]);
+    }
+    return out;
   } finally {
+    admin?.disconnect();
     for (const s of servers) s.child.kill('SIGTERM');
     await Promise.all(
       servers.map((s) => (s.child.exitCode !== null ? undefined : new Promise((r) => s.child.once('exit', r)))),
@@ -164,11 +205,18 @@ const ratio = (a: Load, b: Load) =>
 /** Each Redis run in a key prefix of its own, deleted afterwards. */
 let runs = 0;
 const prefixes: string[] = [];
+const redisUrl = args.backend === 'memory' ? '' : (args.redis ?? (await ownRedis()).url);
 function redisConfig(): Record<string, unknown> {
   const prefix = `vigilbench${process.pid}x${++runs}`;
   prefixes.push(prefix);
-  return { server, store: { backend: 'redis', redis_url: args.redis, key_prefix: prefix } };
+  return { server, store: { backend: 'redis', redis_url: redisUrl, key_prefix: prefix } };
 }
+
+/** `k` events to a request: the batch form of POST /progress. */
+const batchOf = (k: number) => (i: number) => `[${Array.from({ length: k }, (_, j) => ev(i * k + j)).join(',')}]`;
+/** Events per second one service core sustains at this load's CPU per request. */
+const perCore = (r: Load) => (r.cpuUs ? ((r.batch ?? 1) * 1e6) / r.cpuUs : Number.NaN);
+const k = (x: number) => (x >= 10_000 ? `${Math.round(x / 1000)}k` : String(Math.round(x)));
 
 // The default per-address rate limit (3000 a minute) would answer most of this load
 // 429 from one address: it stays on (its cost is measured) with a ceiling above the load.
@@ -185,16 +233,63 @@ try {
     mem = await measure(async () => [await vigilServe(memory)], '/progress', ev);
     out.push(line('vigil serve, memory: POST /progress', mem));
     out.push(`  memory vs bare fastify: ${ratio(mem, bare)}   (goal >= 0.8x)`);
-    const memKeyed = await measure(async () => [await vigilServe(memory)], '/progress', ev, keyed);
+    if (args.batches === 'yes') {
+      for (const b of [10, 50]) {
+        const mb = await measure(async () => [await vigilServe(memory)], '/progress', batchOf(b), { batch: b });
+        out.push(
+          `vigil serve, memory: batches of ${b}`.padEnd(40) +
+            ` ${k(mb.rps * b)} events/s   p99 ${mb.p99} ms   errors ${mb.errors}   service CPU ${((mb.cpuUs ?? 0) / b).toFixed(0)} us/event`,
+        );
+        out.push(
+          `  events/s per service core, batches of ${b} vs single: ${(perCore(mb) / perCore(mem)).toFixed(2)}x${b === 50 ? '   (goal >= 5x)' : ''}`,
+        );
+      }
+    }
+    const memKeyed = await measure(async () => [await vigilServe(memory)], '/progress', ev, { headers: keyed });
     out.push(line('vigil serve, memory: with session keys', memKeyed));
     out.push(`  memory, keys vs none: ${ratio(memKeyed, mem)}`);
   }
   if (args.backend !== 'memory') {
-    const one = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev);
+    const one = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, { redis: redisUrl });
     out.push(line('vigil serve, redis x1: POST /progress', one));
     out.push(`  redis x1 vs bare fastify: ${ratio(one, bare)}`);
     if (mem) out.push(`  redis x1 vs memory: ${ratio(one, mem)}   (goal >= 0.5x)`);
-    const oneKeyed = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, keyed);
+    // Scale on paper: what limits N instances is the one Redis behind them.
+    const rUs = one.redisUs ?? Number.NaN;
+    const perRedisCore = 1e6 / rUs;
+    out.push(
+      `  Redis server CPU per progress event ${rUs.toFixed(1)} us (goal <= 15 us); commands per event: ${(
+        one.commands ?? []
+      )
+        .slice(0, 8)
+        .map(([c, n]) => `${c} ${n.toFixed(2)}`)
+        .join(', ')}`,
+    );
+    out.push(
+      `  service CPU per event ${one.cpuUs?.toFixed(0)} us: one service core ${k(perCore(one))} events/s; one Redis core ${k(perRedisCore)} events/s, so about ${Math.floor(perRedisCore / perCore(one))} service cores per Redis`,
+    );
+    out.push(
+      `  one Redis serves about ${k(perRedisCore / args['calls-per-agent'])} working agents at ${args['calls-per-agent']} tool calls/s each (single events; batches below)`,
+    );
+    if (args.batches === 'yes') {
+      for (const b of [10, 50]) {
+        const rb = await measure(async () => [await vigilServe(redisConfig())], '/progress', batchOf(b), {
+          batch: b,
+          redis: redisUrl,
+        });
+        out.push(
+          `vigil serve, redis x1: batches of ${b}`.padEnd(40) +
+            ` ${k(rb.rps * b)} events/s   p99 ${rb.p99} ms   errors ${rb.errors}   service CPU ${((rb.cpuUs ?? 0) / b).toFixed(0)} us/event   Redis CPU ${rb.redisUs?.toFixed(1)} us/event`,
+        );
+        out.push(
+          `  events/s per service core, batches of ${b} vs single: ${(perCore(rb) / perCore(one)).toFixed(2)}x${b === 50 ? '   (goal >= 5x)' : ''}; per Redis core: ${(rUs / (rb.redisUs ?? Number.NaN)).toFixed(2)}x`,
+        );
+      }
+    }
+    const oneKeyed = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, {
+      headers: keyed,
+      redis: redisUrl,
+    });
     out.push(line('vigil serve, redis x1: with session keys', oneKeyed));
     out.push(`  redis x1, keys vs none: ${ratio(oneKeyed, one)}`);
     if (args.instances > 1) {
@@ -222,7 +317,7 @@ try {
     );
   }
 } finally {
-  await deleteKeys(args.redis, prefixes).catch((e) =>
+  await deleteKeys(redisUrl, prefixes).catch((e) =>
     out.push(`(could not delete the bench keys: ${(e as Error).message})`),
   );
 }

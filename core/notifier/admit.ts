@@ -1,7 +1,7 @@
 import { type Alert, type AlertState, SEVERITIES, severityRank } from '../alert.ts';
 import type { ChannelEntry } from '../config.ts';
 import { keys, TTL } from '../store/keys.ts';
-import type { Store } from '../store/store.ts';
+import type { AdmitRequest, AdmitResult, Store } from '../store/store.ts';
 
 // The quiet-window and rate-limit stage, in one atomic store step (one round trip on
 // Redis). The rules are the store's admitRule (core/store/admit.ts): a rise of an
@@ -16,7 +16,12 @@ export type Admitted =
 
 /** `episode`: the incident's opening (opened_at). */
 export async function admit(store: Store, e: ChannelEntry, a: Alert, episode: number): Promise<Admitted> {
-  const gate = await store.admit({
+  return admitted(await store.admit(admitRequest(e, a, episode)), e, a);
+}
+
+/** The store's gate request for one channel and transition (also what the Redis commit script runs). */
+export function admitRequest(e: ChannelEntry, a: Alert, episode: number): AdmitRequest {
+  return {
     markKey: keys.notified(e.name, a.dedup_key),
     episode,
     seq: a.seq,
@@ -29,7 +34,11 @@ export async function admit(store: Store, e: ChannelEntry, a: Alert, episode: nu
     windowMs: e.rate_limit.window,
     max: e.rate_limit.max,
     member: `${a.dedup_key}#${episode}`,
-  });
+  };
+}
+
+/** The gate's answer as the notifier reports it. */
+export function admitted(gate: AdmitResult, e: ChannelEntry, a: Alert): Admitted {
   if (gate.ok) return gate;
   switch (gate.why) {
     case 'quiet':

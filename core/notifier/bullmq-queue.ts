@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Queue, UnrecoverableError, Worker } from 'bullmq';
+import { Job, type JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
 import { parseRedisUrl, type RedisTarget, redisClient } from '../store/redis-connect.ts';
@@ -47,8 +47,11 @@ export class BullQueue implements AlertQueue {
   private readonly queues = new Map<string, Queue>();
   private readonly workers: Worker[] = [];
   private readonly target: RedisTarget;
+  private deliverer: Deliverer | undefined;
+  readonly url: string;
 
   constructor(private readonly o: BullQueueOptions) {
+    this.url = o.url;
     this.target = parseRedisUrl(o.url);
     // Producers fail fast when Redis is down instead of buffering forever.
     this.producer = redisClient(this.target, { maxRetriesPerRequest: 2, enableOfflineQueue: true });
@@ -70,20 +73,32 @@ export class BullQueue implements AlertQueue {
     // Both commands go out on one connection back to back (one round trip), so the
     // existence check runs before the add. BullMQ itself ignores a second add of a kept
     // jobId; the check is what tells the caller it was a duplicate.
-    const [existing] = await Promise.all([
-      q.getJob(job.id),
-      q.add('deliver', job, {
-        jobId: job.id,
-        attempts: ATTEMPTS_CEILING,
-        backoff: { type: 'vigil' },
-        removeOnComplete: { age: 86_400, count: 5_000 },
-        removeOnFail: { age: 7 * 86_400, count: 5_000 },
-      }),
-    ]);
+    const [existing] = await Promise.all([q.getJob(job.id), q.add('deliver', job, jobOpts(job.id))]);
     return existing === undefined;
   }
 
+  /**
+   * The add enqueue() makes, as the Redis script call BullMQ itself would send, without
+   * sending it: so the notifier's commit script can run it inside its own atomic step
+   * (core/notifier/redis-commit.ts). BullMQ builds the keys and arguments (its public
+   * Job#addJob, handed a client that records the call instead of sending it).
+   */
+  async prepare(job: DeliverJob): Promise<PreparedAdd> {
+    const q = this.queue(job.channel);
+    let call: { name: string; args: unknown[] } | undefined;
+    const recorder = {
+      runCommand(name: string, args: unknown[]) {
+        call = { name, args };
+        return Promise.resolve(job.id);
+      },
+    };
+    await new Job(q, 'deliver', job, jobOpts(job.id), job.id).addJob(recorder as never);
+    if (!call) throw new Error('BullMQ did not issue a script call for the add');
+    return { script: call.name, args: call.args as (string | Buffer)[], jobKey: q.toKey(job.id) };
+  }
+
   async start(deliverer: Deliverer): Promise<void> {
+    this.deliverer = deliverer;
     for (const channel of deliverer.channelNames()) {
       // Per-process concurrency only: BullMQ's global concurrency made pickup latency
       // spiky (hundreds of ms). Order across instances is kept by the superseded check.
@@ -139,7 +154,11 @@ export class BullQueue implements AlertQueue {
   async idle(timeoutMs = 30_000): Promise<boolean> {
     const until = Date.now() + timeoutMs;
     while (Date.now() < until) {
-      if ((await this.depth()) === 0) return true;
+      if ((await this.depth()) === 0) {
+        // The last deliveries' log rows too.
+        await this.deliverer?.settled();
+        return true;
+      }
       await sleep(25);
     }
     return false;
@@ -147,6 +166,7 @@ export class BullQueue implements AlertQueue {
 
   async close(): Promise<void> {
     await Promise.all(this.workers.map((w) => w.close().catch(() => {})));
+    await this.deliverer?.settled();
     for (const w of this.workers) {
       const c = (w as unknown as { opts: { connection: Redis | Cluster } }).opts.connection;
       c?.disconnect?.();
@@ -154,6 +174,24 @@ export class BullQueue implements AlertQueue {
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => {})));
     await this.producer.quit().catch(() => this.producer.disconnect());
   }
+}
+
+/** One job's add as a script call: the script's name (BullMQ's, with its version), its keys then args, the job's key. */
+export interface PreparedAdd {
+  script: string;
+  args: (string | Buffer)[];
+  jobKey: string;
+}
+
+/** Every delivery job's options: its id the transition's, retries decided by the deliverer. */
+function jobOpts(id: string): JobsOptions {
+  return {
+    jobId: id,
+    attempts: ATTEMPTS_CEILING,
+    backoff: { type: 'vigil' },
+    removeOnComplete: { age: 86_400, count: 5_000 },
+    removeOnFail: { age: 7 * 86_400, count: 5_000 },
+  };
 }
 
 export function queueName(channel: string): string {

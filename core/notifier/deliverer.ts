@@ -52,6 +52,19 @@ export class Deliverer {
     private readonly metrics?: Metrics,
   ) {}
 
+  /** Writes after a delivery still in flight. */
+  private readonly inflight = new Set<Promise<unknown>>();
+
+  private track(p: Promise<unknown>): void {
+    this.inflight.add(p);
+    void p.finally(() => this.inflight.delete(p));
+  }
+
+  /** Resolves once every delivery's sent mark and log row are written (their errors are logged, not thrown). */
+  async settled(): Promise<void> {
+    while (this.inflight.size) await Promise.all(this.inflight);
+  }
+
   channelNames(): string[] {
     return [...this.channels.keys()];
   }
@@ -80,10 +93,13 @@ export class Deliverer {
     if (sent.ok) {
       log.info('alert delivered');
       this.metrics?.deliverySeconds.observe({ channel: job.channel }, (this.clock.now() - job.alert.at) / 1000);
-      await Promise.all([
-        job.alert.test ? undefined : this.markSent(job),
-        this.record(job, ch?.type, 'delivered', tries),
-      ]);
+      // The sent mark and the log row go out now, but the lane does not wait for their
+      // answer: its next job starts while they travel (a round trip less per delivery).
+      // They are ahead of anything the next job reads on the store's connection, and
+      // settled() (the queue's idle and close) waits for them.
+      this.track(
+        Promise.all([job.alert.test ? undefined : this.markSent(job), this.record(job, ch?.type, 'delivered', tries)]),
+      );
       return { ok: true };
     }
     if (sent.gone && !job.alert.test) await this.onGone?.(job.channel, sent.reason);
@@ -161,26 +177,32 @@ export class Deliverer {
   }
 
   private async send(ch: Channel, alert: Alert, outer?: AbortSignal): Promise<SendResult> {
-    const timeout = AbortSignal.timeout(this.timeoutMs);
-    const signal = outer ? AbortSignal.any([outer, timeout]) : timeout;
+    // One controller and one timer per delivery (AbortSignal.timeout and .any cost
+    // several times more per call, and a worker makes one per alert).
+    const ac = new AbortController();
+    let timedOut = false;
     // Race the send against the signal: a channel that ignores its signal still
     // cannot hold the worker past the timeout.
-    let onAbort: (() => void) | undefined;
+    let fail: ((e: Error) => void) | undefined;
     const aborted = new Promise<never>((_, reject) => {
-      onAbort = () =>
-        reject(
-          timeout.aborted
-            ? Object.assign(new Error(`timed out after ${this.timeoutMs} ms`), { retryable: true })
-            : new Error('delivery cancelled'),
-        );
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
+      fail = reject;
     });
+    const onTimeout = () => {
+      timedOut = true;
+      ac.abort(new Error(`timed out after ${this.timeoutMs} ms`));
+      fail?.(Object.assign(new Error(`timed out after ${this.timeoutMs} ms`), { retryable: true }));
+    };
+    const onOuter = () => {
+      ac.abort(outer?.reason);
+      fail?.(new Error('delivery cancelled'));
+    };
+    const timer = setTimeout(onTimeout, this.timeoutMs);
+    if (outer?.aborted) onOuter();
+    else outer?.addEventListener('abort', onOuter, { once: true });
     try {
-      await Promise.race([ch.send(alert, signal), aborted]);
+      await Promise.race([ch.send(alert, ac.signal), aborted]);
       return { ok: true };
     } catch (e) {
-      const timedOut = timeout.aborted;
       const d = isDeliveryError(e) ? e : undefined;
       return {
         ok: false,
@@ -190,7 +212,8 @@ export class Deliverer {
         ...(d?.gone ? { gone: true } : {}),
       };
     } finally {
-      if (onAbort) signal.removeEventListener('abort', onAbort);
+      clearTimeout(timer);
+      outer?.removeEventListener('abort', onOuter);
       aborted.catch(() => {});
     }
   }

@@ -116,11 +116,15 @@ export class MemoryQueue implements AlertQueue {
   }
 
   async idle(timeoutMs = 30_000): Promise<boolean> {
-    if (this.inflight === 0) return true;
-    return Promise.race([
-      new Promise<boolean>((r) => this.waiters.push(() => r(true))),
-      sleep(timeoutMs, false, { ref: false }),
-    ]);
+    const done =
+      this.inflight === 0 ||
+      (await Promise.race([
+        new Promise<boolean>((r) => this.waiters.push(() => r(true))),
+        sleep(timeoutMs, false, { ref: false }),
+      ]));
+    // The last deliveries' log rows too.
+    if (done) await this.deliverer?.settled();
+    return done;
   }
 
   /**

@@ -1,3 +1,4 @@
+import type { Queue } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import {
@@ -13,7 +14,11 @@ import {
   withRedis,
 } from '../../test/helpers/index.ts';
 import { FakeClock } from '../clock.ts';
+import type { RedisStore } from '../store/redis.ts';
 import type { Vigil } from '../vigil.ts';
+import type { BullQueue } from './bullmq-queue.ts';
+import type { NotifyResult } from './notifier.ts';
+import { CommitUnsupported } from './redis-commit.ts';
 
 const running: { v: Vigil; prefix?: string }[] = [];
 afterEach(async () => {
@@ -302,6 +307,8 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
 describe.each(backends())('notifier guarantees (%s)', (backend) => {
   it('a fan-out cut short (the queue failed after the lifecycle write) is finished by reconcile, once', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec' }]);
+    // On Redis the one-script commit cannot be cut short like this; the stages it falls back to can.
+    if (backend === 'redis') forceStages(v);
     const enqueue = v.queue.enqueue.bind(v.queue);
     let fail = true;
     v.queue.enqueue = async (job) => {
@@ -351,6 +358,94 @@ describe.each(backends())('notifier guarantees (%s)', (backend) => {
     b.mode = 'ok';
     await eventually(() => b.sent.length === 1);
     expect(b.sent.map((a) => a.state)).toEqual(['resolve']);
+  });
+});
+
+/** Makes the Redis commit unusable, so the notifier takes its stages one by one. */
+function forceStages(v: Vigil): void {
+  (v.queue as BullQueue).prepare = async () => {
+    throw new CommitUnsupported('the test wants the stages');
+  };
+}
+
+/** Names of the commands the store's and the queue's connections send while `fn` runs. */
+async function commandsDuring(v: Vigil, fn: () => Promise<unknown>): Promise<string[]> {
+  const names: string[] = [];
+  const clients = [(v.store as RedisStore).client, (v.queue as unknown as { producer: RedisStore['client'] }).producer];
+  const originals = clients.map((c) => c.sendCommand);
+  for (const c of clients) {
+    const send = c.sendCommand.bind(c);
+    c.sendCommand = ((cmd: { name: string }, ...rest: unknown[]) => {
+      names.push(cmd.name);
+      return (send as (...a: unknown[]) => unknown)(cmd, ...rest);
+    }) as typeof c.sendCommand;
+  }
+  try {
+    await fn();
+  } finally {
+    clients.forEach((c, i) => {
+      c.sendCommand = originals[i];
+    });
+  }
+  return names;
+}
+
+describe.runIf(withRedis)('notifier commit (redis)', () => {
+  it('a transition, every channel gate and the jobs go to Redis as one command', async () => {
+    const prefix = testPrefix();
+    // No worker here: its delivery-log writes would mix with the commands counted.
+    const v = await testVigil({
+      backend: 'redis',
+      prefix,
+      worker: false,
+      registry: createRegistry().register(recordingPlugin(behaviour('ok'))),
+      channels: [
+        { name: 'desk', type: 'recording', min_severity: 'info' },
+        { name: 'pager', type: 'recording', min_severity: 'critical' },
+      ],
+    });
+    running.push({ v, prefix });
+    // The script is loaded, and each channel's queue set up, once.
+    await v.notifier.notify(alert({ dedup_key: 'warm-up', severity: 'critical' }));
+    expect(await v.queue.depth()).toBe(2); // (after the queues' own set-up commands)
+    let warning: NotifyResult | undefined;
+    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(['evalsha']);
+    // The escalation is the desk's escalation and the pager's trigger (its gate picks that job).
+    let critical: NotifyResult | undefined;
+    expect(
+      await commandsDuring(v, async () => (critical = await v.notifier.notify(alert({ severity: 'critical' })))),
+    ).toEqual(['evalsha']);
+    // A repeat that changes nothing is one command too, and queues nothing.
+    expect(await commandsDuring(v, () => v.notifier.notify(alert({ severity: 'critical' })))).toEqual(['evalsha']);
+    const jobs = [...warning!.channels, ...critical!.channels].filter((c) => c.outcome === 'queued');
+    const queued = await Promise.all(
+      jobs.map(async (c) => {
+        const q = (v.queue as unknown as { queue(c: string): Queue }).queue(c.name);
+        const j = await q.getJob(c.job_id!);
+        return `${c.name}:${j?.data.alert.state}/${j?.data.alert.severity}`;
+      }),
+    );
+    expect(queued).toEqual(['desk:trigger/warning', 'desk:escalate/critical', 'pager:trigger/critical']);
+    expect(await v.queue.depth()).toBe(5);
+  });
+
+  it('a queue that refuses the job inside the commit: the transition waits in the outbox, reconcile sends it once', async () => {
+    const { v, b } = await setup('redis', [{ name: 'rec' }]);
+    // BullMQ's job counter holding the wrong type: its add fails inside the commit script, and again in the stages.
+    const counter = (v.queue as unknown as { queue(c: string): { toKey(t: string): string } }).queue('rec').toKey('id');
+    const redis = (v.store as RedisStore).client;
+    await redis.hset(counter, 'x', '1');
+    const r = await v.notifier.notify(alert());
+    expect(r.channels).toEqual([expect.objectContaining({ name: 'rec', outcome: 'error' })]);
+    expect((await v.notifier.openAlerts())[0]).toMatchObject({ dedup_key: 'tree-1', seq: 1, outbox: [1] });
+    await redis.del(counter);
+    expect(await v.notifier.reconcile()).toBe(1);
+    // The same trigger again finds it queued: one message.
+    expect((await v.notifier.notify(alert())).channels).toEqual([]);
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 1);
+    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
+    expect((await v.notifier.openAlerts())[0].outbox).toEqual([]);
   });
 });
 

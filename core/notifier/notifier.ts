@@ -6,11 +6,12 @@ import { AppError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
-import { admit } from './admit.ts';
+import { admit, admitRequest, admitted } from './admit.ts';
 import type { DeliverJob } from './deliverer.ts';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.ts';
 import { type Incident, transition } from './lifecycle.ts';
 import type { AlertQueue } from './queue.ts';
+import { CommitUnsupported, RedisCommit } from './redis-commit.ts';
 import { route } from './route.ts';
 
 export type RouteOutcome = 'queued' | 'duplicate' | 'filtered' | 'suppressed' | 'error';
@@ -59,6 +60,9 @@ export class Notifier {
   private readonly entries = new Map<string, ChannelEntry>();
   /** dedup_keys whose outbox this process could not clear (retried by reconcile()). */
   private readonly unsettled = new Set<string>();
+  /** Redis: lifecycle, gates and jobs in one script (redis-commit.ts); undefined: the stages one by one. */
+  private readonly commit: RedisCommit | undefined;
+  private commitFailed = false;
 
   constructor(
     entries: readonly ChannelEntry[],
@@ -69,6 +73,7 @@ export class Notifier {
     private readonly logger: Logger,
   ) {
     for (const e of entries) this.entries.set(e.name, { ...e });
+    this.commit = RedisCommit.for(store, queue, logger);
   }
 
   channels(): ChannelEntry[] {
@@ -96,6 +101,20 @@ export class Notifier {
     }
     const now = this.clock.now();
     const key = parsed.data.dedup_key;
+    if (this.commit) {
+      try {
+        return await this.notifyInOne(this.commit, parsed.data, now);
+      } catch (err) {
+        if (!(err instanceof CommitUnsupported)) {
+          this.unsettled.add(key);
+          throw err;
+        }
+        // Nothing it wrote stands in the way: the stages below redo it (the gates answer as they did).
+        if (!this.commitFailed)
+          this.logger.warn({ err: err.message }, 'notifier commit failed; stage by stage instead');
+        this.commitFailed = true;
+      }
+    }
     let r: { fired?: AlertState; incident?: Incident };
     try {
       r = await this.store.update<Incident, { fired?: AlertState; incident?: Incident }>(keys.incident(key), (cur) => {
@@ -118,6 +137,64 @@ export class Notifier {
     const channels = await this.fanOut(alertOf(incident, fired, now), incident.opened_at);
     await this.settle(incident.dedup_key, incident.seq, channels);
     return { fired, seq: incident.seq, channels };
+  }
+
+  /**
+   * The same stages with one round trip to Redis: the plan (lifecycle, route, the gate
+   * request and the job of each state a gate may answer) is computed here against the
+   * incident this process last saw, and the commit script checks and writes it at once.
+   * The incident needs no outbox entry: its jobs exist in the same atomic step.
+   */
+  private async notifyInOne(commit: RedisCommit, input: AlertInput, now: number): Promise<NotifyResult> {
+    type Planned = { fired?: AlertState; incident?: Incident; alert?: Alert; routes: [ChannelEntry, string?][] };
+    const { result, channels } = await commit.run<Planned>(keys.incident(input.dedup_key), (cur) => {
+      const t = transition(cur as Incident | undefined, input, now);
+      if (!t.fired || !t.next)
+        return { value: t.next, ttlMs: TTL.incident, channels: [], result: { incident: t.next, routes: [] } };
+      const incident = t.next;
+      const alert = alertOf(incident, t.fired, now);
+      const routes: Planned['routes'] = [];
+      const planned = [];
+      for (const e of this.entries.values()) {
+        const r = route(e, alert);
+        routes.push([e, r.send ? undefined : r.reason]);
+        if (!r.send) continue;
+        // An escalation of an incident the channel was not told of goes out as its trigger.
+        const states: AlertState[] = alert.state === 'escalate' ? ['escalate', 'trigger'] : [alert.state];
+        planned.push({
+          admit: admitRequest(e, alert, incident.opened_at),
+          jobs: states.map((state) => {
+            const a = state === alert.state ? alert : { ...alert, state };
+            return { id: jobIdFor(e.name, a), channel: e.name, alert: a };
+          }),
+        });
+      }
+      return {
+        value: incident,
+        ttlMs: TTL.incident,
+        channels: planned,
+        result: { fired: t.fired, incident, alert, routes },
+      };
+    });
+    const { fired, incident, alert, routes } = result;
+    if (!fired || !incident || !alert) {
+      if (incident?.outbox?.length) await this.reconcileOne(input.dedup_key, incident);
+      return { channels: [] };
+    }
+    // The gates' answers are in the order of the routed channels.
+    let n = 0;
+    const gated = routes.map(([, filtered]) => (filtered === undefined ? channels[n++] : undefined));
+    const out = await Promise.all(
+      routes.map(async ([e, filtered], i): Promise<NotifyResult['channels'][number]> => {
+        const c = gated[i];
+        if (!c) return { name: e.name, outcome: 'filtered', reason: filtered };
+        if ('job' in c) return { name: e.name, outcome: c.duplicate ? 'duplicate' : 'queued', job_id: c.job.id };
+        const g = admitted(c.gate, e, alert);
+        if (g.ok || !g.log) return { name: e.name, outcome: 'filtered', reason: g.ok ? undefined : g.reason };
+        return { name: e.name, ...(await this.suppress(e, alert, g.reason)) };
+      }),
+    );
+    return { fired, seq: incident.seq, channels: out };
   }
 
   /**

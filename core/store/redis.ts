@@ -14,20 +14,35 @@ import {
 
 const EMPTY = Buffer.alloc(0);
 
-// Compare-and-set of a string value: KEYS[1], ARGV[1] = expected ('' with ARGV[2]='0'
-// when the key must be absent), ARGV[3] = next ('' + ARGV[4]='del' deletes), ARGV[5] = ttl ms.
-// On a mismatch it returns {0, current} so the caller can retry without another GET.
-const CAS = `
-local cur = redis.call('GET', KEYS[1])
-if ARGV[2] == '0' then
-  if cur then return {0, cur} end
-else
-  if not cur then return {0} end
-  if cur ~= ARGV[1] then return {0, cur} end
+// Compare-and-set of a string value, as two Lua functions the notifier's commit script
+// (core/notifier/redis-commit.ts) shares: casCheck(key, expected, mustExist) answers nil
+// when the key holds `expected` ('' with mustExist '0' when it must be absent), else
+// {0, current} so the caller can retry without another GET; casWrite(key, next, op, ttl)
+// writes (op 'del' deletes; ttl ms, 0 for none).
+export const CAS_FNS = `
+local function casCheck(key, expected, mustExist)
+  local cur = redis.call('GET', key)
+  if mustExist == '0' then
+    if cur then return {0, cur} end
+  else
+    if not cur then return {0} end
+    if cur ~= expected then return {0, cur} end
+  end
+  return nil
 end
-if ARGV[4] == 'del' then redis.call('DEL', KEYS[1]) return {1} end
-if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
-else redis.call('SET', KEYS[1], ARGV[3]) end
+local function casWrite(key, nextv, op, ttl)
+  if op == 'del' then redis.call('DEL', key) return end
+  if tonumber(ttl) > 0 then redis.call('SET', key, nextv, 'PX', ttl)
+  else redis.call('SET', key, nextv) end
+end
+`;
+
+// KEYS[1], ARGV[1] = expected, ARGV[2] = '0' when the key must be absent, ARGV[3] = next,
+// ARGV[4] = 'del' to delete, ARGV[5] = ttl ms.
+const CAS = `${CAS_FNS}
+local bad = casCheck(KEYS[1], ARGV[1], ARGV[2])
+if bad then return bad end
+casWrite(KEYS[1], ARGV[3], ARGV[4], ARGV[5])
 return {1}`;
 
 // Index trim: KEYS[1]; ARGV = keep, below. Pops the lowest members beyond `keep` that
@@ -50,10 +65,12 @@ if n < tonumber(ARGV[3]) then
 end
 return {0, n}`;
 
-// The notifier gate: admitRule (admit.ts) in one step. KEYS = the marks hash, then
-// the rate sets by severity rank (0..n-1); ARGV = episode, seq, state, severity rank,
-// now, quiet ms, mark ttl ms, window ms, max, member. Returns {1, as} or {0, why, n}.
-const ADMIT = `
+// The notifier gate: admitRule (admit.ts) in one step, as a Lua function the commit
+// script shares (admitStep). KEYS = the marks hash, then the rate sets by severity rank
+// (0..n-1); ARGV = episode, seq, state, severity rank, now, quiet ms, mark ttl ms,
+// window ms, max, member. Returns {1, as} or {0, why, n}.
+export const ADMIT_FN = `
+local function admitStep(KEYS, ARGV)
 local ep, seq, state, sev, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local m = redis.call('HMGET', KEYS[1], 'ep', 'seq', 'as', 'sev', 'tat')
 local told = m[1] and m[2] and tonumber(m[1]) == ep
@@ -85,9 +102,32 @@ redis.call('PEXPIRE', KEYS[sev + 2], ARGV[8])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'ep', ARGV[1], 'seq', ARGV[2], 'as', 'trigger', 'sev', ARGV[4], 'tat', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
-return {1, 'trigger'}`;
+return {1, 'trigger'}
+end
+`;
+
+const ADMIT = `${ADMIT_FN}
+return admitStep(KEYS, ARGV)`;
+
+// Capped list push: KEYS[1]; ARGV = value, cap, ttl ms (0: keep the expiry). A script,
+// not MULTI, so it joins the client's automatic pipeline (one socket write per tick).
+const PUSH_CAPPED = `
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 1`;
+
+// Counters: KEYS[1]; ARGV = ttl ms (0: keep the expiry), then field, delta pairs.
+// Returns the new values (as Redis prints them) in the order given.
+const INCR = `
+local out = {}
+for i = 2, #ARGV, 2 do out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return out`;
 
 type Commands = {
+  vigilPushCapped(key: string, value: string, cap: number, ttl: number): Promise<number>;
+  vigilIncr(key: string, ttl: number, ...fieldDeltas: (string | number)[]): Promise<string[]>;
   vigilAdmit(...keysThenArgs: (string | number)[]): Promise<[number, string, number?]>;
   vigilCas(
     key: string,
@@ -167,6 +207,14 @@ const GUARDED = [
   'keys',
 ] as const;
 
+/** The gate script's reply ({1, as} or {0, why, n}) as the store contract answers it. */
+export function admitReply([ok, why, n]: [number, string, number?]): AdmitResult {
+  if (ok === 1) return { ok: true, as: why as AlertState };
+  if (why === 'quiet') return { ok: false, why: 'quiet', last: n ?? 0 };
+  if (why === 'rate') return { ok: false, why: 'rate', count: n ?? 0 };
+  return { ok: false, why: why === 'stale' ? 'stale' : 'untold' };
+}
+
 export class RedisStore implements Store {
   readonly backend = 'redis' as const;
   readonly client: (Redis | Cluster) & Commands;
@@ -181,7 +229,11 @@ export class RedisStore implements Store {
   /** The same for binary values (judge state): one round trip per event while this process owns the session. */
   private readonly lastBytes = new Lru<string, Buffer>(5_000);
 
+  /** The server this store talks to (a script touching other keys must run on the same one). */
+  readonly url: string;
+
   constructor(opts: RedisStoreOptions) {
+    this.url = opts.url;
     this.p = `${opts.prefix}:`;
     const target = parseRedisUrl(opts.url);
     checkPrefix(target, opts.prefix);
@@ -199,6 +251,8 @@ export class RedisStore implements Store {
     client.defineCommand('vigilHit', { numberOfKeys: 1, lua: HIT });
     client.defineCommand('vigilAdmit', { numberOfKeys: 1 + SEVERITIES.length, lua: ADMIT });
     client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
+    client.defineCommand('vigilPushCapped', { numberOfKeys: 1, lua: PUSH_CAPPED });
+    client.defineCommand('vigilIncr', { numberOfKeys: 1, lua: INCR });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as (Redis | Cluster) & Commands;
@@ -214,6 +268,25 @@ export class RedisStore implements Store {
 
   private k(key: string): string {
     return this.p + key;
+  }
+
+  /** The Redis key of a store key (this store's namespace prepended), for a script that names it. */
+  redisKey(key: string): string {
+    return this.p + key;
+  }
+
+  /**
+   * What update() would expect a key to hold: the JSON this process last read or wrote
+   * (null: absent, or never seen, which is guessed absent). A wrong guess costs a retry.
+   */
+  guess(key: string): string | null {
+    const k = this.k(key);
+    return this.lastSeen.has(k) ? (this.lastSeen.get(k) as string | null) : null;
+  }
+
+  /** Tells update() what a key holds after a script outside it read or wrote it (null: absent). */
+  saw(key: string, value: string | null): void {
+    this.remember(this.k(key), value);
   }
 
   async get<T>(key: string): Promise<T | undefined> {
@@ -267,25 +340,17 @@ export class RedisStore implements Store {
   }
 
   async admit(q: AdmitRequest): Promise<AdmitResult> {
+    const c = this.admitCall(q);
+    return admitReply(await this.client.vigilAdmit(...c.keys, ...c.args));
+  }
+
+  /** The gate script's keys and args for a request (the notifier's commit script runs the same function). */
+  admitCall(q: AdmitRequest): { keys: string[]; args: (string | number)[] } {
     if (q.rateKeys.length !== SEVERITIES.length) throw new Error('admit: one rate set per severity');
-    const [ok, why, n] = await this.client.vigilAdmit(
-      this.k(q.markKey),
-      ...q.rateKeys.map((k) => this.k(k)),
-      q.episode,
-      q.seq,
-      q.state,
-      q.severity,
-      q.now,
-      q.quietMs,
-      q.markTtlMs,
-      q.windowMs,
-      q.max,
-      q.member,
-    );
-    if (ok === 1) return { ok: true, as: why as AlertState };
-    if (why === 'quiet') return { ok: false, why: 'quiet', last: n ?? 0 };
-    if (why === 'rate') return { ok: false, why: 'rate', count: n ?? 0 };
-    return { ok: false, why: why === 'stale' ? 'stale' : 'untold' };
+    return {
+      keys: [this.k(q.markKey), ...q.rateKeys.map((k) => this.k(k))],
+      args: [q.episode, q.seq, q.state, q.severity, q.now, q.quietMs, q.markTtlMs, q.windowMs, q.max, q.member],
+    };
   }
 
   async indexAdd(key: string, member: string, score: number): Promise<void> {
@@ -297,27 +362,17 @@ export class RedisStore implements Store {
   }
 
   async pushCapped<T>(key: string, value: T, cap: number, ttlMs?: number): Promise<void> {
-    const k = this.k(key);
-    const m = this.client
-      .multi()
-      .lpush(k, JSON.stringify(value))
-      .ltrim(k, 0, cap - 1);
-    if (ttlMs) m.pexpire(k, ttlMs);
-    await m.exec();
+    await this.client.vigilPushCapped(this.k(key), JSON.stringify(value), cap, ttlMs ?? 0);
   }
 
   async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
-    const k = this.k(key);
     const fields = Object.keys(deltas);
-    const m = this.client.multi();
-    for (const f of fields) m.hincrbyfloat(k, f, deltas[f]);
-    if (ttlMs) m.pexpire(k, ttlMs);
-    const res = (await m.exec()) ?? [];
+    const args: (string | number)[] = [];
+    for (const f of fields) args.push(f, deltas[f]);
+    const vs = await this.client.vigilIncr(this.k(key), ttlMs ?? 0, ...args);
     const out: Record<string, number> = {};
     fields.forEach((f, i) => {
-      const [err, v] = res[i] ?? [new Error('no reply'), null];
-      if (err) throw err;
-      out[f] = Number(v);
+      out[f] = Number(vs[i]);
     });
     return out;
   }
