@@ -203,6 +203,32 @@ describe('watchdog tick over agent transcripts (no hook)', () => {
     expect(rows.find((x) => x.session === CC_GOOD)?.verdict ?? 'ok').toBe('ok');
   });
 
+  it("a subagent's transcript is its own session, child of the session (Claude Code and Gemini layouts)", () => {
+    const now = Date.now();
+    const sub = claude(CC_LOOP, loopFiles, now - 60_000)
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.stringify({ ...JSON.parse(l), agentId: 'a1b2c3' }))
+      .join('\n');
+    put(`.claude/projects/-w-project/${CC_LOOP}/subagents/agent-a1b2c3.jsonl`, `${sub}\n`);
+    const child = chat('66666666-6666-4666-8666-666666666666', 5, now - 60_000).replace(
+      '"projectHash"',
+      '"kind":"subagent","projectHash"',
+    );
+    put(`.gemini/tmp/proj/chats/${GM_LOOP}/child.jsonl`, child);
+    const r = collectTranscripts(resolvePaths(WatchdogSchema.parse({}), { HOME: home }), {
+      since: now - 60_000,
+      maxFiles: 10,
+      maxBytes: 1_000_000,
+    });
+    expect(r.sessions.map((s) => [s.id, s.parent]).sort()).toEqual(
+      [
+        [`${CC_LOOP}.a1b2c3`, CC_LOOP],
+        [`${GM_LOOP}.66666666`, GM_LOOP],
+      ].sort(),
+    );
+  });
+
   it('transcripts: false reads none; an absent agent home is skipped', async () => {
     const now = Date.now();
     put(`.claude/projects/-w-project/${CC_LOOP}.jsonl`, claude(CC_LOOP, loopFiles, now - 60_000));
