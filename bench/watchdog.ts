@@ -195,6 +195,7 @@ function config(name: 'small' | 'large', db: string) {
         lock_file: join(dir, name, 'watchdog.lock'),
         opencode_db: db,
         rc_servers_file: join(dir, name, 'rc-servers.json'),
+        transcripts: false,
       },
     },
   });

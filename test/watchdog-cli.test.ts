@@ -67,6 +67,7 @@ describe('vigil watchdog tick (two processes)', () => {
         `  lock_file: ${join(dir, 'watchdog.lock')}`,
         `  opencode_db: ${join(dir, 'none.db')}`,
         `  rc_servers_file: ${join(dir, 'rc.json')}`,
+        '  transcripts: false',
         '',
       ].join('\n'),
     );

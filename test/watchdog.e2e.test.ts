@@ -122,6 +122,8 @@ function config(watchdog: Record<string, unknown>) {
         state_file: join(dir, 'state.json'),
         lock_file: join(dir, 'watchdog.lock'),
         opencode_db: join(dir, 'none.db'),
+        // opencode only: not the machine's other agents' transcripts
+        transcripts: false,
         ...watchdog,
       },
     },

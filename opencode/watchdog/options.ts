@@ -50,6 +50,18 @@ export const WatchdogSchema = z.strictObject({
   opencode_db: path(),
   /** null: $XDG_DATA_HOME/opencode/rc-servers.json (written by a third-party plugin). */
   rc_servers_file: path(),
+  /** Also judge other agents' transcripts on disk (transcripts.ts): no hook needed. */
+  transcripts: z.boolean().default(true),
+  /** Transcript files read per tick, most recently modified first. */
+  transcript_max_files: z.number().int().min(1).max(1_000).default(20),
+  /** Bytes read per transcript file: a bigger file gives its first line and its tail. */
+  transcript_max_bytes: z.number().int().min(4_096).max(268_435_456).default(4_000_000),
+  /** null: $CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects. */
+  claude_projects_dir: path(),
+  /** null: $CODEX_HOME/sessions, else ~/.codex/sessions. */
+  codex_sessions_dir: path(),
+  /** null: ~/.gemini/tmp. */
+  gemini_tmp_dir: path(),
 });
 export type WatchdogOptions = z.output<typeof WatchdogSchema>;
 
@@ -58,13 +70,17 @@ export interface WatchdogPaths {
   lock: string;
   db: string;
   rcServers: string;
+  /** Transcript folders of the agents the watchdog reads without hooks. */
+  claudeProjects: string;
+  codexSessions: string;
+  geminiTmp: string;
 }
 
 function expand(p: string, home: string): string {
   return resolve(p === '~' ? home : p.startsWith('~/') ? join(home, p.slice(2)) : p);
 }
 
-/** The four files, from config or the XDG defaults of `env` (absolute XDG paths only, per the spec). */
+/** The files and folders, from config or the XDG defaults of `env` (absolute XDG paths only, per the spec). */
 export function resolvePaths(o: WatchdogOptions, env: NodeJS.ProcessEnv): WatchdogPaths {
   const home = env.HOME || homedir();
   const state = stateDir(env);
@@ -74,5 +90,12 @@ export function resolvePaths(o: WatchdogOptions, env: NodeJS.ProcessEnv): Watchd
     lock: o.lock_file ? expand(o.lock_file, home) : join(state, 'watchdog.lock'),
     db: o.opencode_db ? expand(o.opencode_db, home) : join(data, 'opencode.db'),
     rcServers: o.rc_servers_file ? expand(o.rc_servers_file, home) : join(data, 'rc-servers.json'),
+    claudeProjects: o.claude_projects_dir
+      ? expand(o.claude_projects_dir, home)
+      : join(env.CLAUDE_CONFIG_DIR ? expand(env.CLAUDE_CONFIG_DIR, home) : join(home, '.claude'), 'projects'),
+    codexSessions: o.codex_sessions_dir
+      ? expand(o.codex_sessions_dir, home)
+      : join(env.CODEX_HOME ? expand(env.CODEX_HOME, home) : join(home, '.codex'), 'sessions'),
+    geminiTmp: o.gemini_tmp_dir ? expand(o.gemini_tmp_dir, home) : join(home, '.gemini', 'tmp'),
   };
 }

@@ -116,6 +116,8 @@ function config(watchdog: Record<string, unknown>, extra: Record<string, unknown
         opencode_db: join(dir, 'no-opencode.db'),
         rc_servers_file: join(dir, 'rc-servers.json'),
         probe_timeout: '2s',
+        // opencode only unless a test lays out transcripts: not the machine's own
+        transcripts: false,
         ...watchdog,
       },
       ...extra,

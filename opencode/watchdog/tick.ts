@@ -20,6 +20,7 @@ import {
   type VerdictOut,
 } from './report.ts';
 import { readState, type TickResult, type TickStatus, type WatchdogState, writeState } from './state.ts';
+import { collectTranscripts } from './transcripts.ts';
 
 // One watchdog tick, start to end (docs/watchdog.md): lock, find opencode, read the
 // sessions active since the last tick, judge them with the service's judge, ask the
@@ -40,8 +41,10 @@ export interface TickOutcome extends TickResult {
   reported: VerdictOut[];
   /** Session-hygiene readings sent (one per active session whose bulk was read). */
   stats: number;
-  /** Where the sessions came from. */
+  /** Where the opencode sessions came from. */
   source: 'api' | 'db' | 'none';
+  /** Other agents' transcript files read this tick (transcripts.ts). */
+  transcripts: number;
   service: 'up' | 'down' | 'refused' | 'not contacted';
   /** A direct desktop alert went out (the service is down). */
   alerted: boolean;
@@ -93,7 +96,17 @@ export async function runTick(o: TickOptions): Promise<TickOutcome> {
     ...sessionSigner(env, log),
     timeoutMs: w.request_timeout,
   };
-  const base = { at, servers: 0, sessions: 0, flagged: 0, model_calls: 0, reported: [], stats: 0, alerted: false };
+  const base = {
+    at,
+    servers: 0,
+    sessions: 0,
+    flagged: 0,
+    model_calls: 0,
+    reported: [],
+    stats: 0,
+    transcripts: 0,
+    alerted: false,
+  };
   if (!w.enabled) {
     return { ...base, status: 'skipped', error: 'watchdog.enabled is false', source: 'none', service: 'not contacted' };
   }
@@ -232,6 +245,15 @@ async function body(
         log.warn({ err: clip(short(e)) }, 'watchdog: cannot write the opencode.db read cache');
       }
     }
+  }
+  // 2b. other agents' transcripts changed in the same window, read from disk (no hook needed)
+  let transcriptFiles = 0;
+  if (w.transcripts) {
+    const t = collectTranscripts(paths, { since, maxFiles: w.transcript_max_files, maxBytes: w.transcript_max_bytes });
+    collected.sessions.push(...t.sessions);
+    transcriptFiles = t.files;
+    if (t.truncated)
+      log.warn({ max_files: w.transcript_max_files }, 'more transcripts changed than watchdog.transcript_max_files');
   }
   issues.push(...collected.issues);
   if (collected.truncated)
@@ -372,6 +394,7 @@ async function body(
       status: result.status,
       servers,
       source,
+      transcripts: transcriptFiles,
       sessions: judged.length,
       flagged: flagged.map((f) => ({ session: f.id, level: f.verdict.level })),
       model_calls: modelCalls,
@@ -386,6 +409,7 @@ async function body(
     at,
     reported,
     stats: delivered ? stats.length : 0,
+    transcripts: transcriptFiles,
     source,
     service: deliveryState(delivery),
     alerted,

@@ -65,9 +65,16 @@ const textOf = (c: unknown): string =>
       ? c.map((x) => (typeof x?.text === 'string' ? x.text : '')).join('')
       : '';
 
-/** One transcript's inputs (tool calls and model calls), each with its time. */
-function fileInputs(file: string, trackers: Map<string, LandedTracker>, issues: LoadedInput['issues']): JudgeInput[] {
-  const text = readFileSync(file, 'utf8');
+/**
+ * One transcript's inputs (tool calls and model calls), each with its time. `text` is the
+ * file's content when the caller read it (the watchdog reads only a big file's tail).
+ */
+export function transcriptInputs(
+  file: string,
+  trackers: Map<string, LandedTracker>,
+  issues: LoadedInput['issues'],
+  text: string = readFileSync(file, 'utf8'),
+): JudgeInput[] {
   const uses = new Map<string, { name: string; input: unknown }>();
   const out: JudgeInput[] = [];
   let ids: { session_id: string; agent_id?: string; agent_type?: string } | undefined;
@@ -138,7 +145,7 @@ export function loadClaudeTranscripts(path: string): LoadedInput {
   const all: JudgeInput[] = [];
   const sessions = new Map<string, SessionInfo>();
   for (const f of transcriptFiles(path)) {
-    for (const i of fileInputs(f, trackers, issues)) {
+    for (const i of transcriptInputs(f, trackers, issues)) {
       all.push(i);
       if (i.type === 'progress') {
         const e = i.event;
