@@ -10,25 +10,7 @@ import { type Directive, DirectiveSchema, type MarkerEvent, type ProgressEvent }
 // events or ask for the directives, acknowledge what was carried out). Any failure is
 // "no opinion": the agent goes on (fail open).
 
-/** Reads stdin up to `max` bytes or `ms`, whichever comes first. */
-export function readStdin(max = 4 * 1024 * 1024, ms = 2000): Promise<string> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let n = 0;
-    const done = () => {
-      clearTimeout(t);
-      process.stdin.pause();
-      resolve(n > max ? '' : Buffer.concat(chunks).toString('utf8'));
-    };
-    const t = setTimeout(done, ms);
-    process.stdin.on('data', (c: Buffer) => {
-      n += c.length;
-      if (n <= max) chunks.push(c);
-    });
-    process.stdin.on('end', done);
-    process.stdin.on('error', done);
-  });
-}
+export { readStdin } from './stdin.ts';
 
 /** The state file of one session of one sensor: VIGIL_HOOK_STATE_DIR, else vigil-<sensor>/ in the temp dir. */
 export const stateFile = (env: NodeJS.ProcessEnv, sensor: string, session: string): string =>
