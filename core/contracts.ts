@@ -269,17 +269,6 @@ export interface TreeState {
   /** A recovery waits for the plugin to report the root's compaction done. */
   awaiting_compaction?: { session: string; since: number };
   updated_at: number;
-  /**
-   * The kernel's outbox: decisions whose directives and alerts are not yet done,
-   * written with the decision itself and cleared once they are (modes do not touch it).
-   */
-  effects?: { id: string; directives: DirectiveSpec[]; alerts: AlertInput[] }[];
-  /**
-   * The kernel's record of the last level each detector's transition brought to the
-   * mode, per session (written with the decision): what the detectors say now is
-   * compared with it after a store failure, so a decided change is never lost.
-   */
-  reported?: Record<string, Record<string, VerdictLevel>>;
 }
 
 export function emptyTree(root: string, now: number): TreeState {

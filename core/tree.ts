@@ -3,6 +3,7 @@ import type { Origin, SessionInfo } from './contracts.ts';
 import { Lru } from './lru.ts';
 import { keys, TTL } from './store/keys.ts';
 import type { Store } from './store/store.ts';
+import { onDiscard } from './unit.ts';
 
 /** Facts about a session that belong to no detector. */
 export interface SessionMeta {
@@ -140,6 +141,7 @@ export class SessionTree {
       return { value: v, result: v, ttlMs: TTL.session };
     });
     this.metas.set(f.id, next);
+    onDiscard(() => this.metas.delete(f.id));
     // The cap's index is ordered by last activity: an active session moves up, so a
     // flood of new ids pushes out the idle ones first (trim()).
     if (moved) await this.store.indexAdd(keys.sessions, f.id, next.active_at ?? now);
@@ -180,6 +182,7 @@ export class SessionTree {
     };
     // A parentless session may learn its parent later: cache it only until then.
     this.infos.set(id, info);
+    onDiscard(() => this.infos.delete(id));
     return info;
   }
 
@@ -196,6 +199,11 @@ export class SessionTree {
     const p = await this.store.get<string>(keys.parent(id));
     if (p !== undefined) this.parents.set(id, p);
     else this.noParentUntil.set(id, now + NO_PARENT_MS);
+    // (inside a unit the read may be its own write: forgotten if the unit is discarded)
+    onDiscard(() => {
+      this.parents.delete(id);
+      this.noParentUntil.delete(id);
+    });
     return p;
   }
 
@@ -223,16 +231,26 @@ export class SessionTree {
     this.parents.set(id, parent);
     this.noParentUntil.delete(id);
     await this.store.set(keys.parent(id), parent, TTL.session);
-    // Every cached position below this session changed.
-    this.infos.delete(id);
-    for (const [k, v] of this.infos.entries()) if (v.ancestors.includes(id)) this.infos.delete(k);
+    // Every cached position below this session changed (and changes back if the unit is discarded).
+    const drop = () => {
+      this.infos.delete(id);
+      for (const [k, v] of this.infos.entries()) if (v.ancestors.includes(id)) this.infos.delete(k);
+    };
+    drop();
+    onDiscard(() => {
+      this.parents.delete(id);
+      drop();
+    });
   }
 
   async meta(id: string): Promise<SessionMeta | undefined> {
     const m = this.metas.peek(id);
     if (m) return m;
     const stored = await this.store.get<SessionMeta>(keys.meta(id));
-    if (stored) this.metas.set(id, stored);
+    if (stored) {
+      this.metas.set(id, stored);
+      onDiscard(() => this.metas.delete(id));
+    }
     return stored;
   }
 

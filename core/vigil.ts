@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { EventEmitter } from 'node:events';
 import { type DependencyContainer, container as rootContainer } from 'tsyringe';
 import type { z } from 'zod';
+import type { AlertInput } from './alert.ts';
 import { SessionBindings } from './binding.ts';
 import { type Clock, systemClock } from './clock.ts';
 import {
@@ -19,8 +20,11 @@ import {
   type VigilConfig,
 } from './config.ts';
 import type { Channel, Detector, Mode, ModeInfo, Origin, Transition } from './contracts.ts';
-import { type Driven, Engine } from './engine.ts';
+import { DirectiveQueue } from './directives.ts';
+import { Dispatch, type Driven } from './dispatch.ts';
+import { Engine, type InputResult } from './engine.ts';
 import { AppError } from './errors.ts';
+import { Gate } from './gate.ts';
 import { ChannelToggles, Knobs } from './knobs.ts';
 import { type Logger, registerSecret, silentLogger } from './logger.ts';
 import { Lru } from './lru.ts';
@@ -31,6 +35,7 @@ import { DeliveryLog, type DeliveryRecord } from './notifier/delivery-log.ts';
 import { MemoryQueue } from './notifier/memory-queue.ts';
 import { Notifier } from './notifier/notifier.ts';
 import type { AlertQueue } from './notifier/queue.ts';
+import { Readouts } from './readouts.ts';
 import type { Registry } from './registry.ts';
 import { gapLine, gapsOf, sensorNameOf } from './sensor.ts';
 import { keys } from './store/keys.ts';
@@ -39,6 +44,7 @@ import { RedisStore } from './store/redis.ts';
 import type { Store } from './store/store.ts';
 import { TOKENS } from './tokens.ts';
 import { SessionTree } from './tree.ts';
+import { type UnitBackend, UnitStore, Units } from './unit.ts';
 import {
   type DirectiveSpec,
   type GateAnswer,
@@ -128,10 +134,14 @@ export class Vigil {
   private timer: NodeJS.Timeout | undefined;
   private modeCache: Mode | undefined;
 
+  /** Every store access goes through it: inside a unit of work it buffers for the commit. */
+  readonly store: UnitStore;
+  readonly units: Units;
+
   constructor(
     readonly registry: Registry,
     readonly config: VigilConfig,
-    readonly store: Store,
+    backend: Store & UnitBackend,
     readonly queue: AlertQueue,
     readonly logger: Logger,
     readonly clock: Clock,
@@ -139,6 +149,9 @@ export class Vigil {
     private readonly runWorker: boolean,
   ) {
     this.events.setMaxListeners(100);
+    const store = backend instanceof UnitStore ? backend : new UnitStore(backend);
+    this.store = store;
+    this.units = new Units(store, logger.child({ part: 'units' }));
     const c = rootContainer.createChildContainer();
     c.register(TOKENS.Logger, { useValue: logger });
     c.register(TOKENS.Clock, { useValue: clock });
@@ -211,6 +224,7 @@ export class Vigil {
       notifierLog,
       clock,
       logger.child({ part: 'notifier' }),
+      this.units,
     );
     this.deliverer.onGone = (name, reason) => this.notifier.channelGone(name, reason);
     this.toggles = new ChannelToggles(n.channels as ChannelEntry[], store, (name, t) => {
@@ -253,19 +267,32 @@ export class Vigil {
       this.detectors.set(plugin.type, detector);
       driven.push({ detector, enabled: () => knobs()?.enabled !== false });
     }
-    engine = new Engine(
+    const directives = new DirectiveQueue(store);
+    const mode = () => this.mode();
+    const dispatch = new Dispatch(
       driven,
-      () => this.mode(),
+      mode,
+      this.tree,
+      store,
+      directives,
+      this.notifier,
+      this.units,
+      clock,
+      logger.child({ part: 'engine' }),
+      this.metrics,
+      this.events,
+    );
+    const readouts = new Readouts(
+      driven,
+      mode,
       this.tree,
       store,
       clock,
-      logger.child({ part: 'engine' }),
-      this.notifier,
-      this.metrics,
-      this.events,
       this.config.detection.stale_after as number,
       registry.sensors,
     );
+    const gate = new Gate(dispatch, readouts, this.tree, clock, this.metrics);
+    engine = new Engine(dispatch, gate, readouts, this.tree, directives, this.units);
     this.engine = engine;
   }
 
@@ -310,6 +337,24 @@ export class Vigil {
       this.metrics.detected(latest.get(t.subject.id) ?? newest, now);
     }
     return out;
+  }
+
+  /** Parsed progress events as a sensor route takes them: their transitions and their trees' pending directives. */
+  async ingest(events: readonly ProgressEvent[], origin: Origin = {}): Promise<InputResult> {
+    const transitions = await this.judge(events, origin);
+    return { transitions, directives: await this.engine.pendingOf(events.map((e) => e.session_id)) };
+  }
+
+  /**
+   * The outside watcher's heartbeat: kept for /health (in the store too, for the other
+   * instances), streamed to the admin page, and the alert its sensor derives from it
+   * (a blind watchdog) raised or resolved.
+   */
+  async heartbeat(hb: { last_tick_at: number; result: { status: string } }, alert?: AlertInput): Promise<void> {
+    this.health.watchdog = { last_tick_at: hb.last_tick_at, result: hb.result, received_at: this.clock.now() };
+    await this.store.set(keys.watchdog, this.health.watchdog);
+    this.events.emit('heartbeat', this.health.watchdog);
+    if (alert) await this.notifier.notify(alert);
   }
 
   /** LLM request records from an embedder (a router that streams), validated like the HTTP body. */
@@ -408,13 +453,10 @@ export class Vigil {
     await this.knobs.load();
     await this.toggles.refresh();
     if (this.runWorker) await this.queue.start(this.deliverer);
-    // Decisions and fan-outs a crash cut short (outbox entries without their effects) finish now.
+    // Outbox entries a crash or an outage left behind are delivered now; due trees scheduled.
     await this.engine
-      .settleTrees(true)
-      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'settling trees failed'));
-    await this.notifier
-      .reconcile(true)
-      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));
+      .recover()
+      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'recovering the outbox failed'));
     const every = this.config.detection.tick_interval as number;
     if (every > 0) {
       this.timer = setInterval(() => void this.tick(), every);
@@ -436,9 +478,6 @@ export class Vigil {
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'channel toggles refresh failed'));
     await this.trimSessions().catch((err) => this.logger.warn({ err: (err as Error).message }, 'session cap failed'));
     await this.engine.tick(now).catch((err) => this.logger.warn({ err: (err as Error).message }, 'tick failed'));
-    await this.notifier
-      .reconcile()
-      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'reconcile failed'));
   }
 
   /**
@@ -505,7 +544,7 @@ export async function createKernel(opts: KernelOptions): Promise<Vigil> {
     spoolFile: n.spool_file === false ? undefined : (n.spool_file ?? opts.defaultSpoolFile?.(config)),
   };
   const url = redisUrlOf(config, env);
-  let store: Store;
+  let store: Store & UnitBackend;
   let queue: AlertQueue;
   if (url) {
     registerSecret(url);

@@ -170,7 +170,7 @@ describe.runIf(withRedis && OWN_REDIS)('Redis Cluster, three masters', () => {
       overlay: { store: { backend: 'redis', redis_url: cluster.url, key_prefix: prefix } },
     });
     try {
-      const client = (v.store as RedisStore).client;
+      const client = (v.store.base as RedisStore).client;
       const slot = await client.cluster('KEYSLOT', `{${hashTagOf(prefix)}}`);
       const found: string[] = [];
       for (const node of primaries(client)) {
@@ -185,7 +185,7 @@ describe.runIf(withRedis && OWN_REDIS)('Redis Cluster, three masters', () => {
       expect(found.length).toBeGreaterThan(20);
       const slots = new Set(await Promise.all(found.map((k) => client.cluster('KEYSLOT', k))));
       expect([...slots]).toEqual([slot]);
-      await (v.store as RedisStore).flushNamespace();
+      await (v.store.base as RedisStore).flushNamespace();
     } finally {
       await v.close();
     }

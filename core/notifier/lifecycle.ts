@@ -16,12 +16,6 @@ export interface Incident {
   last_state: AlertState;
   opened_at: number;
   updated_at: number;
-  /**
-   * Transitions (seq) written here but not yet queued for every channel: the outbox.
-   * Written in the same compare-and-set as the transition, cleared once its jobs exist,
-   * re-run by reconcile() after a crash in between.
-   */
-  outbox?: number[];
 }
 
 /**

@@ -305,9 +305,9 @@ describe.each(backends())('notifier pipeline (%s)', (backend) => {
 });
 
 describe.each(backends())('notifier guarantees (%s)', (backend) => {
-  it('a fan-out cut short (the queue failed after the lifecycle write) is finished by reconcile, once', async () => {
+  it('a fan-out cut short (the queue failed after the commit) waits in the outbox and the reconciler sends it once', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec' }]);
-    // On Redis the one-script commit cannot be cut short like this; the stages it falls back to can.
+    // On Redis the one-script delivery cannot be cut short like this; the stages it falls back to can.
     if (backend === 'redis') forceStages(v);
     const enqueue = v.queue.enqueue.bind(v.queue);
     let fail = true;
@@ -316,17 +316,16 @@ describe.each(backends())('notifier guarantees (%s)', (backend) => {
       return enqueue(job);
     };
     const r = await v.notifier.notify(alert());
-    expect(r.channels).toEqual([expect.objectContaining({ name: 'rec', outcome: 'error' })]);
-    // The transition is written, with its outbox entry: nothing is lost.
-    expect((await v.notifier.openAlerts())[0]).toMatchObject({ dedup_key: 'tree-1', outbox: [1] });
+    expect(r.fired).toBe('trigger');
+    // The transition is committed with its outbox entry: nothing is lost.
+    expect((await v.notifier.openAlerts())[0]).toMatchObject({ dedup_key: 'tree-1', seq: 1 });
+    expect(await v.store.base.outboxRead(10)).toHaveLength(1);
     fail = false;
-    expect(await v.notifier.reconcile()).toBe(1);
-    expect(await v.notifier.reconcile()).toBe(0);
+    expect(await v.units.reconcile(true)).toBe(1);
+    expect(await v.units.reconcile(true)).toBe(0);
     await v.queue.idle();
     await eventually(() => b.sent.length === 1);
-    expect((await v.notifier.openAlerts())[0].outbox).toEqual([]);
-    // A full scan (what a restarted instance does) finds nothing left either.
-    expect(await v.notifier.reconcile(true)).toBe(0);
+    expect(await v.store.base.outboxRead(10)).toEqual([]);
     expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
   });
 
@@ -371,7 +370,10 @@ function forceStages(v: Vigil): void {
 /** Names of the commands the store's and the queue's connections send while `fn` runs. */
 async function commandsDuring(v: Vigil, fn: () => Promise<unknown>): Promise<string[]> {
   const names: string[] = [];
-  const clients = [(v.store as RedisStore).client, (v.queue as unknown as { producer: RedisStore['client'] }).producer];
+  const clients = [
+    (v.store.base as RedisStore).client,
+    (v.queue as unknown as { producer: RedisStore['client'] }).producer,
+  ];
   const originals = clients.map((c) => c.sendCommand);
   for (const c of clients) {
     const send = c.sendCommand.bind(c);
@@ -391,7 +393,7 @@ async function commandsDuring(v: Vigil, fn: () => Promise<unknown>): Promise<str
 }
 
 describe.runIf(withRedis)('notifier commit (redis)', () => {
-  it('a transition, every channel gate and the jobs go to Redis as one command', async () => {
+  it('a transition commits in one command, and its gates and jobs go in one more', async () => {
     const prefix = testPrefix();
     // No worker here: its delivery-log writes would mix with the commands counted.
     const v = await testVigil({
@@ -409,12 +411,14 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     await v.notifier.notify(alert({ dedup_key: 'warm-up', severity: 'critical' }));
     expect(await v.queue.depth()).toBe(2); // (after the queues' own set-up commands)
     let warning: NotifyResult | undefined;
-    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(['evalsha']);
+    // The unit's commit (incident and outbox entry), the delivery script, the entry done.
+    const three = ['evalsha', 'evalsha', 'xdel'];
+    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(three);
     // The escalation is the desk's escalation and the pager's trigger (its gate picks that job).
     let critical: NotifyResult | undefined;
     expect(
       await commandsDuring(v, async () => (critical = await v.notifier.notify(alert({ severity: 'critical' })))),
-    ).toEqual(['evalsha']);
+    ).toEqual(three);
     // A repeat that changes nothing is one command too, and queues nothing.
     expect(await commandsDuring(v, () => v.notifier.notify(alert({ severity: 'critical' })))).toEqual(['evalsha']);
     const jobs = [...warning!.channels, ...critical!.channels].filter((c) => c.outcome === 'queued');
@@ -429,23 +433,24 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     expect(await v.queue.depth()).toBe(5);
   });
 
-  it('a queue that refuses the job inside the commit: the transition waits in the outbox, reconcile sends it once', async () => {
+  it('a queue that refuses the job inside the delivery script: the transition waits in the outbox, the reconciler sends it once', async () => {
     const { v, b } = await setup('redis', [{ name: 'rec' }]);
-    // BullMQ's job counter holding the wrong type: its add fails inside the commit script, and again in the stages.
+    // BullMQ's job counter holding the wrong type: its add fails inside the script, and again in the stages.
     const counter = (v.queue as unknown as { queue(c: string): { toKey(t: string): string } }).queue('rec').toKey('id');
-    const redis = (v.store as RedisStore).client;
+    const redis = (v.store.base as RedisStore).client;
     await redis.hset(counter, 'x', '1');
     const r = await v.notifier.notify(alert());
-    expect(r.channels).toEqual([expect.objectContaining({ name: 'rec', outcome: 'error' })]);
-    expect((await v.notifier.openAlerts())[0]).toMatchObject({ dedup_key: 'tree-1', seq: 1, outbox: [1] });
+    expect(r).toMatchObject({ fired: 'trigger', channels: [] });
+    expect((await v.notifier.openAlerts())[0]).toMatchObject({ dedup_key: 'tree-1', seq: 1 });
+    expect(await v.store.base.outboxRead(10)).toHaveLength(1);
     await redis.del(counter);
-    expect(await v.notifier.reconcile()).toBe(1);
-    // The same trigger again finds it queued: one message.
+    expect(await v.units.reconcile(true)).toBe(1);
+    // The same trigger again is no transition: nothing more is queued.
     expect((await v.notifier.notify(alert())).channels).toEqual([]);
     await v.queue.idle();
     await eventually(() => b.sent.length === 1);
     expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
-    expect((await v.notifier.openAlerts())[0].outbox).toEqual([]);
+    expect(await v.store.base.outboxRead(10)).toEqual([]);
   });
 });
 

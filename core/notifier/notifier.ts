@@ -6,6 +6,7 @@ import { AppError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
+import type { OutboxEntry, Units } from '../unit.ts';
 import { admit, admitRequest, admitted } from './admit.ts';
 import type { DeliverJob } from './deliverer.ts';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.ts';
@@ -43,26 +44,36 @@ function alertOf(i: Incident, state: AlertState, at: number): Alert {
   };
 }
 
+/** The outbox entry of a transition: delivered after the unit that decided it commits. */
+interface AlertEntry {
+  kind: 'alert';
+  alert: Alert;
+  /** The incident's opening: what a channel was told is told per episode. */
+  episode: number;
+}
+
 /**
  * The notifier: a short pipeline of stages, each in its own module and testable alone.
- *   lifecycle (lifecycle.ts)  one compare-and-set per dedup_key: a transition or nothing,
- *                             written with its outbox entry, so several instances page once
+ *   lifecycle (lifecycle.ts)  per dedup_key: a transition or nothing, written in the
+ *                             caller's unit of work with an outbox entry (core/unit.ts)
+ * then, from the outbox, once that unit committed (at once, or by the reconciler):
+ *   overtaken                 a transition the incident has moved past is not sent
  *   route (route.ts)          per channel: enabled, resolve_messages, min_severity
  *   admit (admit.ts)          per channel, one atomic step: what the channel was told of
  *                             the incident; quiet window and rate limit for one new to it
  *   enqueue                   one job per (channel, transition), its id the transition's
  *   deliver (deliverer.ts)    in the worker: timeout, retries with backoff, delivery log
- * notify() returns once the jobs exist (durable on Redis); it never waits for a channel.
- * A crash between the lifecycle write and the jobs leaves the outbox entry, and
- * reconcile() (at start, and on the engine's tick) finishes the fan-out.
+ * On Redis the delivery stages are one script (redis-commit.ts). Delivering an entry
+ * twice is safe: the gate answers a transition it passed as it did, the job id refuses
+ * a copy. notify() never waits for a channel.
  */
 export class Notifier {
   private readonly entries = new Map<string, ChannelEntry>();
-  /** dedup_keys whose outbox this process could not clear (retried by reconcile()). */
-  private readonly unsettled = new Set<string>();
-  /** Redis: lifecycle, gates and jobs in one script (redis-commit.ts); undefined: the stages one by one. */
+  /** Redis: the delivery stages in one script (redis-commit.ts); undefined: one by one. */
   private readonly commit: RedisCommit | undefined;
   private commitFailed = false;
+  /** What delivering a transition gave each channel, for a notify() outside a unit to return. */
+  private readonly outcomes = new Map<string, NotifyResult['channels']>();
 
   constructor(
     entries: readonly ChannelEntry[],
@@ -71,9 +82,11 @@ export class Notifier {
     private readonly log: DeliveryLog,
     private readonly clock: Clock,
     private readonly logger: Logger,
+    private readonly units: Units,
   ) {
     for (const e of entries) this.entries.set(e.name, { ...e });
     this.commit = RedisCommit.for(store, queue, logger);
+    units.handle('alert', (e) => this.deliver(e as unknown as AlertEntry).then(() => {}));
   }
 
   channels(): ChannelEntry[] {
@@ -91,6 +104,11 @@ export class Notifier {
     return e;
   }
 
+  /**
+   * Raises, escalates or resolves an incident. Inside a unit of work the transition
+   * commits with it and is delivered after (its channels are not known yet: `channels`
+   * is empty); outside one it is its own unit, delivered before this returns.
+   */
   async notify(input: AlertInput): Promise<NotifyResult> {
     const parsed = AlertInputSchema.safeParse(input);
     if (!parsed.success) {
@@ -99,102 +117,98 @@ export class Notifier {
         `alert: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
       );
     }
-    const now = this.clock.now();
-    const key = parsed.data.dedup_key;
+    const a = parsed.data;
+    const r = await this.units.run(async () => {
+      const now = this.clock.now();
+      const t = await this.store.update<Incident, { fired?: AlertState; incident?: Incident }>(
+        keys.incident(a.dedup_key),
+        (cur) => {
+          const x = transition(cur, a, now);
+          return { value: x.next, result: { fired: x.fired, incident: x.next }, ttlMs: TTL.incident };
+        },
+      );
+      if (t.fired && t.incident) {
+        const entry: AlertEntry = {
+          kind: 'alert',
+          alert: alertOf(t.incident, t.fired, now),
+          episode: t.incident.opened_at,
+        };
+        await this.units.emit(entry as unknown as OutboxEntry);
+      }
+      return t;
+    });
+    const { fired, incident } = r.value ?? {};
+    if (!fired || !incident) return { channels: [] };
+    const id = `${incident.dedup_key}\n${incident.seq}`;
+    const channels = this.outcomes.get(id) ?? [];
+    this.outcomes.delete(id);
+    return { fired, seq: incident.seq, channels };
+  }
+
+  /** Delivers one outbox entry: route, admit and enqueue for every channel, unless overtaken. */
+  private async deliver(e: AlertEntry): Promise<NotifyResult['channels']> {
+    let channels: NotifyResult['channels'] | undefined;
     if (this.commit) {
       try {
-        return await this.notifyInOne(this.commit, parsed.data, now);
+        channels = await this.deliverInOne(this.commit, e);
       } catch (err) {
-        if (!(err instanceof CommitUnsupported)) {
-          this.unsettled.add(key);
-          throw err;
-        }
+        if (!(err instanceof CommitUnsupported)) throw err;
         // Nothing it wrote stands in the way: the stages below redo it (the gates answer as they did).
         if (!this.commitFailed)
           this.logger.warn({ err: err.message }, 'notifier commit failed; stage by stage instead');
         this.commitFailed = true;
       }
     }
-    let r: { fired?: AlertState; incident?: Incident };
-    try {
-      r = await this.store.update<Incident, { fired?: AlertState; incident?: Incident }>(keys.incident(key), (cur) => {
-        const t = transition(cur, parsed.data, now);
-        if (!t.fired || !t.next) return { value: t.next, result: { incident: t.next }, ttlMs: TTL.incident };
-        const next: Incident = { ...t.next, outbox: [...(t.next.outbox ?? []), t.next.seq] };
-        return { value: next, result: { fired: t.fired, incident: next }, ttlMs: TTL.incident };
-      });
-    } catch (err) {
-      // The write may have happened with its reply lost: reconcile() looks at this incident.
-      this.unsettled.add(key);
-      throw err;
+    if (!channels) {
+      const cur = await this.store.get<Incident>(keys.incident(e.alert.dedup_key));
+      channels = cur && cur.seq !== e.alert.seq ? [] : await this.fanOut(e.alert, e.episode);
+      if (channels.some((c) => c.outcome === 'error')) {
+        throw new Error(`alert ${e.alert.dedup_key} not queued for every channel`);
+      }
     }
-    const { fired, incident } = r;
-    if (!fired || !incident) {
-      // Nothing new; but a transition an earlier call wrote and could not fan out is finished now.
-      if (incident?.outbox?.length) await this.reconcileOne(key, incident);
-      return { channels: [] };
-    }
-    const channels = await this.fanOut(alertOf(incident, fired, now), incident.opened_at);
-    await this.settle(incident.dedup_key, incident.seq, channels);
-    return { fired, seq: incident.seq, channels };
+    if (this.outcomes.size > 1000) this.outcomes.clear();
+    this.outcomes.set(`${e.alert.dedup_key}\n${e.alert.seq}`, channels);
+    return channels;
   }
 
   /**
-   * The same stages with one round trip to Redis: the plan (lifecycle, route, the gate
-   * request and the job of each state a gate may answer) is computed here against the
-   * incident this process last saw, and the commit script checks and writes it at once.
-   * The incident needs no outbox entry: its jobs exist in the same atomic step.
+   * The delivery stages with one round trip to Redis: the plan (route, the gate request
+   * and the job of each state a gate may answer) is computed here and the commit script
+   * checks the incident has not moved on, runs every gate and adds the admitted jobs.
    */
-  private async notifyInOne(commit: RedisCommit, input: AlertInput, now: number): Promise<NotifyResult> {
-    type Planned = { fired?: AlertState; incident?: Incident; alert?: Alert; routes: [ChannelEntry, string?][] };
-    const { result, channels } = await commit.run<Planned>(keys.incident(input.dedup_key), (cur) => {
-      const t = transition(cur as Incident | undefined, input, now);
-      if (!t.fired || !t.next)
-        return { value: t.next, ttlMs: TTL.incident, channels: [], result: { incident: t.next, routes: [] } };
-      const incident = t.next;
-      const alert = alertOf(incident, t.fired, now);
-      const routes: Planned['routes'] = [];
-      const planned = [];
-      for (const e of this.entries.values()) {
-        const r = route(e, alert);
-        routes.push([e, r.send ? undefined : r.reason]);
-        if (!r.send) continue;
-        // An escalation of an incident the channel was not told of goes out as its trigger.
-        const states: AlertState[] = alert.state === 'escalate' ? ['escalate', 'trigger'] : [alert.state];
-        planned.push({
-          admit: admitRequest(e, alert, incident.opened_at),
-          jobs: states.map((state) => {
-            const a = state === alert.state ? alert : { ...alert, state };
-            return { id: jobIdFor(e.name, a), channel: e.name, alert: a };
-          }),
-        });
-      }
-      return {
-        value: incident,
-        ttlMs: TTL.incident,
-        channels: planned,
-        result: { fired: t.fired, incident, alert, routes },
-      };
-    });
-    const { fired, incident, alert, routes } = result;
-    if (!fired || !incident || !alert) {
-      if (incident?.outbox?.length) await this.reconcileOne(input.dedup_key, incident);
-      return { channels: [] };
+  private async deliverInOne(commit: RedisCommit, e: AlertEntry): Promise<NotifyResult['channels']> {
+    const alert = e.alert;
+    const routes: [ChannelEntry, string?][] = [];
+    const planned = [];
+    for (const c of this.entries.values()) {
+      const r = route(c, alert);
+      routes.push([c, r.send ? undefined : r.reason]);
+      if (!r.send) continue;
+      // An escalation of an incident the channel was not told of goes out as its trigger.
+      const states: AlertState[] = alert.state === 'escalate' ? ['escalate', 'trigger'] : [alert.state];
+      planned.push({
+        admit: admitRequest(c, alert, e.episode),
+        jobs: states.map((state) => {
+          const a = state === alert.state ? alert : { ...alert, state };
+          return { id: jobIdFor(c.name, a), channel: c.name, alert: a };
+        }),
+      });
     }
+    const channels = await commit.run(keys.incident(alert.dedup_key), alert.seq, planned);
+    if (!channels) return [];
     // The gates' answers are in the order of the routed channels.
     let n = 0;
     const gated = routes.map(([, filtered]) => (filtered === undefined ? channels[n++] : undefined));
-    const out = await Promise.all(
-      routes.map(async ([e, filtered], i): Promise<NotifyResult['channels'][number]> => {
-        const c = gated[i];
-        if (!c) return { name: e.name, outcome: 'filtered', reason: filtered };
-        if ('job' in c) return { name: e.name, outcome: c.duplicate ? 'duplicate' : 'queued', job_id: c.job.id };
-        const g = admitted(c.gate, e, alert);
-        if (g.ok || !g.log) return { name: e.name, outcome: 'filtered', reason: g.ok ? undefined : g.reason };
-        return { name: e.name, ...(await this.suppress(e, alert, g.reason)) };
+    return Promise.all(
+      routes.map(async ([c, filtered], i): Promise<NotifyResult['channels'][number]> => {
+        const g0 = gated[i];
+        if (!g0) return { name: c.name, outcome: 'filtered', reason: filtered };
+        if ('job' in g0) return { name: c.name, outcome: g0.duplicate ? 'duplicate' : 'queued', job_id: g0.job.id };
+        const g = admitted(g0.gate, c, alert);
+        if (g.ok || !g.log) return { name: c.name, outcome: 'filtered', reason: g.ok ? undefined : g.reason };
+        return { name: c.name, ...(await this.suppress(c, alert, g.reason)) };
       }),
     );
-    return { fired, seq: incident.seq, channels: out };
   }
 
   /**
@@ -216,59 +230,6 @@ export class Notifier {
         return { name: e.name, ...(await this.enqueue(e.name, g.as === a.state ? a : { ...a, state: g.as })) };
       }),
     );
-  }
-
-  /** Clears the transition's outbox entry once every channel's job exists (kept otherwise, for reconcile()). */
-  private async settle(dedupKey: string, seq: number, channels: NotifyResult['channels']): Promise<void> {
-    if (channels.some((c) => c.outcome === 'error')) {
-      this.unsettled.add(dedupKey);
-      return;
-    }
-    try {
-      await this.store.update<Incident, void>(keys.incident(dedupKey), (cur) => ({
-        value: cur && { ...cur, outbox: (cur.outbox ?? []).filter((s) => s !== seq) },
-        result: undefined,
-        ttlMs: TTL.incident,
-      }));
-      this.unsettled.delete(dedupKey);
-    } catch (err) {
-      this.unsettled.add(dedupKey);
-      this.logger.warn({ err: (err as Error).message, dedup_key: dedupKey }, 'outbox not cleared; reconcile will');
-    }
-  }
-
-  /**
-   * Finishes fan-outs a crash or a store error cut short: every incident with an outbox
-   * entry is queued again (its admit and job id make that idempotent: at most a
-   * duplicate delivery with the same identity). `full` scans every incident (at start);
-   * otherwise only those this process left unsettled. Returns the transitions re-queued.
-   */
-  async reconcile(full = false): Promise<number> {
-    const dedupKeys = full
-      ? (await this.store.keys(keys.incidentPrefix)).map((k) => k.slice(keys.incidentPrefix.length))
-      : [...this.unsettled];
-    let n = 0;
-    for (const key of dedupKeys) {
-      const i = await this.store.get<Incident>(keys.incident(key));
-      if (!i?.outbox?.length) {
-        this.unsettled.delete(key);
-        continue;
-      }
-      n += await this.reconcileOne(key, i);
-    }
-    if (n) this.logger.warn({ transitions: n }, 'reconciled alert transitions left unqueued');
-    return n;
-  }
-
-  /** Finishes the fan-out of an incident's outbox: its latest transition goes out; older ones were overtaken. */
-  private async reconcileOne(key: string, i: Incident): Promise<number> {
-    let n = 0;
-    for (const seq of i.outbox ?? []) {
-      const channels = seq === i.seq ? await this.fanOut(alertOf(i, i.last_state, i.updated_at), i.opened_at) : [];
-      if (seq === i.seq) n++;
-      await this.settle(key, seq, channels);
-    }
-    return n;
   }
 
   private async enqueue(

@@ -1,16 +1,17 @@
 import { createRequire } from 'node:module';
 import { SEVERITIES } from '../alert.ts';
 import type { Logger } from '../logger.ts';
-import { ADMIT_FN, admitReply, CAS_FNS, RedisStore, storeError } from '../store/redis.ts';
+import { ADMIT_FN, admitReply, RedisStore, storeError } from '../store/redis.ts';
 import type { AdmitRequest, AdmitResult, Store } from '../store/store.ts';
+import { UnitStore } from '../unit.ts';
 import { BullQueue, type PreparedAdd } from './bullmq-queue.ts';
 import type { DeliverJob } from './deliverer.ts';
 import type { AlertQueue } from './queue.ts';
 
-// The notifier's way to an enqueued job in one Redis round trip (docs/development.md,
-// "The notifier's commit"): the incident's compare-and-set, every channel's gate and
-// the admitted channels' jobs run as one Lua script. The gate and the compare-and-set
-// are the store's own Lua functions (core/store/redis.ts); the job's add is BullMQ's
+// The notifier's way from an outbox entry to enqueued jobs in one Redis round trip
+// (docs/development.md, "The notifier's commit"): the incident's check, every channel's
+// gate and the admitted channels' jobs run as one Lua script. The gate is the store's
+// own Lua function (core/store/redis.ts); the job's add is BullMQ's
 // own script, with the keys and arguments BullMQ builds for it (BullQueue.prepare), run
 // as a function inside this one. Nothing here spells BullMQ's key layout.
 
@@ -24,14 +25,6 @@ export interface CommitChannel {
   jobs: DeliverJob[];
 }
 
-export interface CommitPlan<R> {
-  /** The incident's new value (undefined deletes it). */
-  value: unknown;
-  ttlMs: number;
-  channels: CommitChannel[];
-  result: R;
-}
-
 export type CommitChannelResult =
   | { gate: Extract<AdmitResult, { ok: false }> }
   | { gate: Extract<AdmitResult, { ok: true }>; job: DeliverJob; duplicate: boolean };
@@ -39,27 +32,29 @@ export type CommitChannelResult =
 /** The fast path cannot run this commit (nothing was written that the classic path would not redo). */
 export class CommitUnsupported extends Error {}
 
-type CommitReply = [0, string?] | [1, [number, string, number, number?, number?][]];
+type CommitReply = [3] | [1, [number, string, number, number?, number?][]];
 
-// KEYS[1] = the incident; ARGV[1..5] = expected, mustExist, next, op, ttl (casCheck /
-// casWrite); ARGV[6] = channels, ARGV[7] = the gate's key count (its marks and one rate
-// set per severity). Then per channel: KEYS = the gate's keys, then per job the job's
-// key and BullMQ's keys; ARGV = the gate's 10 args, the number of jobs,
-// then per job its state, BullMQ's key count and arg count, and BullMQ's args.
-// Every gate runs first; a gate that answers a state no job was prepared for stops the
-// script before any job is added and before the incident is written (the classic path
-// redoes it: the gates answer the same transition as they did). The incident is written
-// last, so a script that stops half way leaves the transition to be fired again.
+// KEYS[1] = the incident; ARGV[1] = the transition's seq, ARGV[2] = channels, ARGV[3] =
+// the gate's key count (its marks and one rate set per severity). Then per channel:
+// KEYS = the gate's keys, then per job the job's key and BullMQ's keys; ARGV = the gate's
+// 10 args, the number of jobs, then per job its state, BullMQ's key count and arg count,
+// and BullMQ's args. An incident that has moved past this transition answers {3}
+// (overtaken: its newer transition is delivered instead). Every gate runs first; a gate
+// that answers a state no job was prepared for stops the script before any job is added
+// (the stage-by-stage path redoes it: the gates answer the same transition as they did).
 function commitScript(bullAdd: string): string {
-  return `${CAS_FNS}${ADMIT_FN}
+  return `${ADMIT_FN}
 local function bullAdd(KEYS, ARGV)
 ${bullAdd}
 end
-local bad = casCheck(KEYS[1], ARGV[1], ARGV[2])
-if bad then return bad end
-local ki, ai, gk = 2, 8, tonumber(ARGV[7])
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local ok, inc = pcall(cjson.decode, cur)
+  if ok and type(inc) == 'table' and tonumber(inc.seq) ~= tonumber(ARGV[1]) then return {3} end
+end
+local ki, ai, gk = 2, 4, tonumber(ARGV[3])
 local plan, out = {}, {}
-for c = 1, tonumber(ARGV[6]) do
+for c = 1, tonumber(ARGV[2]) do
   local g = admitStep({unpack(KEYS, ki, ki + gk - 1)}, {unpack(ARGV, ai, ai + 9)})
   ki, ai = ki + gk, ai + 10
   local nj = tonumber(ARGV[ai])
@@ -80,7 +75,6 @@ for c, pick in pairs(plan) do
   out[c][5] = pick[1]
   bullAdd(pick[3], pick[4])
 end
-casWrite(KEYS[1], ARGV[3], ARGV[4], ARGV[5])
 return {1, out}`;
 }
 
@@ -101,7 +95,8 @@ export class RedisCommit {
    * when they are not, or BullMQ's add script cannot be found (the notifier then takes
    * the classic three steps, which keep every guarantee too).
    */
-  static for(store: Store, queue: AlertQueue, logger: Logger): RedisCommit | undefined {
+  static for(given: Store, queue: AlertQueue, logger: Logger): RedisCommit | undefined {
+    const store = given instanceof UnitStore ? given.base : given;
     if (!(store instanceof RedisStore) || !(queue instanceof BullQueue) || store.url !== queue.url) return undefined;
     try {
       const scripts = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/index.js') as Record<
@@ -122,63 +117,41 @@ export class RedisCommit {
   }
 
   /**
-   * Writes what `plan(current)` says in one script: on a compare-and-set miss it plans
-   * again against what Redis holds (the usual case is one round trip).
+   * Runs the gates of a transition's channels and adds the admitted jobs in one script;
+   * undefined when the incident has moved past the transition (`seq`).
    */
-  async run<R>(
-    key: string,
-    plan: (current: unknown) => CommitPlan<R>,
-  ): Promise<{ result: R; channels: CommitChannelResult[] }> {
-    let cur = this.store.guess(key);
+  async run(key: string, seq: number, channels: CommitChannel[]): Promise<CommitChannelResult[] | undefined> {
     const client = this.store.client as unknown as Client;
-    for (let attempt = 0; attempt < 100; attempt++) {
-      const p = plan(cur === null ? undefined : JSON.parse(cur));
-      const next = p.value === undefined ? '' : JSON.stringify(p.value);
-      const ks: string[] = [this.store.redisKey(key)];
-      const args: (string | number | Buffer)[] = [
-        cur ?? '',
-        cur === null ? '0' : '1',
-        next,
-        p.value === undefined ? 'del' : 'set',
-        p.ttlMs,
-        p.channels.length,
-        1 + SEVERITIES.length,
-      ];
-      for (const c of p.channels) {
-        const gate = this.store.admitCall(c.admit);
-        if (gate.keys.length !== 1 + SEVERITIES.length || gate.args.length !== 10)
-          throw new CommitUnsupported('the gate takes other keys or arguments than this script passes');
-        ks.push(...gate.keys);
-        args.push(...gate.args, c.jobs.length);
-        for (const job of c.jobs) {
-          const add = await this.prepared(job);
-          ks.push(add.jobKey, ...(add.args.slice(0, this.addKeys) as string[]));
-          args.push(job.alert.state, this.addKeys, add.args.length - this.addKeys, ...add.args.slice(this.addKeys));
-        }
+    const ks: string[] = [this.store.redisKey(key)];
+    const args: (string | number | Buffer)[] = [seq, channels.length, 1 + SEVERITIES.length];
+    for (const c of channels) {
+      const gate = this.store.admitCall(c.admit);
+      if (gate.keys.length !== 1 + SEVERITIES.length || gate.args.length !== 10)
+        throw new CommitUnsupported('the gate takes other keys or arguments than this script passes');
+      ks.push(...gate.keys);
+      args.push(...gate.args, c.jobs.length);
+      for (const job of c.jobs) {
+        const add = await this.prepared(job);
+        ks.push(add.jobKey, ...(add.args.slice(0, this.addKeys) as string[]));
+        args.push(job.alert.state, this.addKeys, add.args.length - this.addKeys, ...add.args.slice(this.addKeys));
       }
-      let reply: CommitReply;
-      try {
-        reply = await client.vigilCommit(ks.length, ...ks, ...args);
-      } catch (err) {
-        if (/VIGILCOMMIT|NOSCRIPT|ERR Error (running|compiling) script|user_script/.test((err as Error).message ?? ''))
-          throw new CommitUnsupported((err as Error).message);
-        throw storeError(err);
-      }
-      if (reply[0] === 0) {
-        cur = (reply[1] as string | undefined) ?? null;
-        continue;
-      }
-      this.store.saw(key, p.value === undefined ? null : next);
-      const out = reply[1] as [number, string, number, number?, number?][];
-      const channels = p.channels.map((c, i): CommitChannelResult => {
-        const [ok, why, n, existed, pick] = out[i];
-        const gate = admitReply([ok, why, n]);
-        if (!gate.ok) return { gate };
-        return { gate, job: c.jobs[(pick ?? 1) - 1], duplicate: existed === 1 };
-      });
-      return { result: p.result, channels };
     }
-    throw new Error(`notifier commit of ${key} kept conflicting`);
+    let reply: CommitReply;
+    try {
+      reply = await client.vigilCommit(ks.length, ...ks, ...args);
+    } catch (err) {
+      if (/VIGILCOMMIT|NOSCRIPT|ERR Error (running|compiling) script|user_script/.test((err as Error).message ?? ''))
+        throw new CommitUnsupported((err as Error).message);
+      throw storeError(err);
+    }
+    if (reply[0] !== 1) return undefined;
+    const out = reply[1] as [number, string, number, number?, number?][];
+    return channels.map((c, i): CommitChannelResult => {
+      const [ok, why, n, existed, pick] = out[i];
+      const gate = admitReply([ok, why, n]);
+      if (!gate.ok) return { gate };
+      return { gate, job: c.jobs[(pick ?? 1) - 1], duplicate: existed === 1 };
+    });
   }
 
   private async prepared(job: DeliverJob): Promise<PreparedAdd> {

@@ -1,5 +1,7 @@
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
+import { Lru } from '../lru.ts';
+import type { Raw, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
 import { type AdmitMarks, admitRule } from './admit.ts';
 import {
   type AdmitRequest,
@@ -19,9 +21,14 @@ interface Entry {
  * The embedded default: one process, no Redis. Values are kept serialised (JSON
  * strings, copied bytes) so callers cannot alias stored state, exactly as with Redis.
  */
-export class MemoryStore implements Store {
+export class MemoryStore implements Store, UnitBackend {
   readonly backend = 'memory' as const;
+  readonly serialUnits = true;
   private readonly m = new Map<string, Entry>();
+  /** Input ids committed (bounded: the oldest go first; a retry comes within minutes). */
+  private readonly inputs = new Lru<string, true>(200_000);
+  private readonly outbox: { id: string; at: number; value: string }[] = [];
+  private outboxSeq = 0;
 
   constructor(private readonly clock: Clock = systemClock) {}
 
@@ -166,6 +173,80 @@ export class MemoryStore implements Store {
     if (!bytesEqual(cur, expected)) return false;
     this.put(key, new Uint8Array(next), ttlMs);
     return true;
+  }
+
+  peekRaw(key: string): Raw {
+    const v = this.live(key)?.v;
+    return v === undefined ? null : typeof v === 'string' ? v : v instanceof Uint8Array ? new Uint8Array(v) : null;
+  }
+
+  async readRaw(key: string): Promise<Raw> {
+    return this.peekRaw(key);
+  }
+
+  inputSeen(key: string): boolean {
+    return this.inputs.peek(key) === true;
+  }
+
+  /** Single-threaded and run one unit at a time: the reads still hold, so the writes apply as they are. */
+  commitUnit(plan: UnitPlan): UnitOutcome {
+    if (plan.inputs.some((k) => this.inputs.peek(k))) return { ok: false, repeat: true };
+    const conflicts: [string, Raw][] = [];
+    for (const [k, v] of plan.reads) {
+      const cur = this.peekRaw(k);
+      const same =
+        cur === null || v === null ? cur === v : typeof cur === 'string' ? cur === v : bytesEqual(cur, v as Uint8Array);
+      if (!same) conflicts.push([k, cur]);
+    }
+    if (conflicts.length) return { ok: false, conflicts };
+    const out: string[] = [];
+    for (const w of plan.writes) {
+      switch (w.op) {
+        case 'set':
+          this.put(w.key, typeof w.value === 'string' ? w.value : new Uint8Array(w.value), w.ttlMs || undefined);
+          break;
+        case 'del':
+          this.m.delete(w.key);
+          break;
+        case 'hincr':
+          void this.incr(w.key, w.deltas, w.ttlMs || undefined);
+          break;
+        case 'zadd':
+          void this.indexAdd(w.key, w.member, w.score);
+          break;
+        case 'lpush': {
+          const e = this.live(w.key);
+          const arr = (e?.v as string[] | undefined) ?? [];
+          arr.unshift(w.value);
+          if (arr.length > w.cap) arr.length = w.cap;
+          if (w.ttlMs) this.put(w.key, arr, w.ttlMs);
+          else this.m.set(w.key, { v: arr, exp: e?.exp });
+          break;
+        }
+        case 'outbox': {
+          const id = `${Date.now()}-${this.outboxSeq++}`;
+          this.outbox.push({ id, at: Date.now(), value: w.value });
+          out.push(id);
+          break;
+        }
+      }
+    }
+    for (const k of plan.inputs) this.inputs.set(k, true);
+    return { ok: true, outbox: out };
+  }
+
+  async outboxRead(limit: number, before?: number): Promise<{ id: string; value: string }[]> {
+    return this.outbox
+      .filter((e) => before === undefined || e.at < before)
+      .slice(0, limit)
+      .map(({ id, value }) => ({ id, value }));
+  }
+
+  async outboxDone(ids: readonly string[]): Promise<void> {
+    for (const id of ids) {
+      const i = this.outbox.findIndex((e) => e.id === id);
+      if (i >= 0) this.outbox.splice(i, 1);
+    }
   }
 
   async keys(prefix: string): Promise<string[]> {

@@ -2,6 +2,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
+import type { Raw, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
 import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
 import {
   type AdmitRequest,
@@ -125,7 +126,72 @@ for i = 2, #ARGV, 2 do out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[1], ARGV[
 if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return out`;
 
+// A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
+// then key indexes): one that exists makes the unit a repeat; the reads (count, then per
+// read: key index, '1' present / '0' absent, the value): any that changed is a conflict,
+// answered with what the key holds now; then the writes in order (count, then per write
+// its op and key index and its arguments). Nothing is written unless everything checks.
+const UNIT = `
+local a = 1
+local function nx() local v = ARGV[a]; a = a + 1; return v end
+local ni = tonumber(nx())
+local ttl = nx()
+local ins = a
+for i = 1, ni do
+  if redis.call('EXISTS', KEYS[tonumber(ARGV[ins + i - 1])]) == 1 then return {2} end
+end
+a = a + ni
+local nr = tonumber(nx())
+local bad = {}
+for i = 1, nr do
+  local ki = tonumber(nx())
+  local present = nx()
+  local exp = nx()
+  local cur = redis.call('GET', KEYS[ki])
+  if present == '0' then
+    if cur then bad[#bad + 1] = ki; bad[#bad + 1] = 1; bad[#bad + 1] = cur end
+  elseif not cur then bad[#bad + 1] = ki; bad[#bad + 1] = 0; bad[#bad + 1] = ''
+  elseif cur ~= exp then bad[#bad + 1] = ki; bad[#bad + 1] = 1; bad[#bad + 1] = cur end
+end
+if #bad > 0 then return {0, bad} end
+local out = {1}
+local nw = tonumber(nx())
+for i = 1, nw do
+  local op = nx()
+  local k = KEYS[tonumber(nx())]
+  if op == 's' then
+    local v = nx()
+    local t = tonumber(nx())
+    if t > 0 then redis.call('SET', k, v, 'PX', t) else redis.call('SET', k, v) end
+  elseif op == 'd' then
+    redis.call('DEL', k)
+  elseif op == 'h' then
+    local t = tonumber(nx())
+    local n = tonumber(nx())
+    for j = 1, n do redis.call('HINCRBYFLOAT', k, nx(), nx()) end
+    if t > 0 then redis.call('PEXPIRE', k, t) end
+  elseif op == 'z' then
+    local sc = nx()
+    redis.call('ZADD', k, 'GT', sc, nx())
+  elseif op == 'l' then
+    local v = nx()
+    local cap = tonumber(nx())
+    local t = tonumber(nx())
+    redis.call('LPUSH', k, v)
+    redis.call('LTRIM', k, 0, cap - 1)
+    if t > 0 then redis.call('PEXPIRE', k, t) end
+  elseif op == 'x' then
+    out[#out + 1] = redis.call('XADD', k, '*', 'v', nx())
+  end
+end
+for i = 1, ni do redis.call('SET', KEYS[tonumber(ARGV[ins + i - 1])], '1', 'PX', ttl) end
+return out`;
+
+/** The unit outbox's stream (one per namespace). */
+export const OUTBOX_KEY = 'outbox';
+
 type Commands = {
+  vigilUnitBuffer(numKeys: number, ...keysThenArgs: (string | number | Buffer)[]): Promise<unknown[]>;
   vigilPushCapped(key: string, value: string, cap: number, ttl: number): Promise<number>;
   vigilIncr(key: string, ttl: number, ...fieldDeltas: (string | number)[]): Promise<string[]>;
   vigilAdmit(...keysThenArgs: (string | number)[]): Promise<[number, string, number?]>;
@@ -205,6 +271,10 @@ const GUARDED = [
   'casBytes',
   'updateBytes',
   'keys',
+  'readRaw',
+  'commitUnit',
+  'outboxRead',
+  'outboxDone',
 ] as const;
 
 /** The gate script's reply ({1, as} or {0, why, n}) as the store contract answers it. */
@@ -215,8 +285,11 @@ export function admitReply([ok, why, n]: [number, string, number?]): AdmitResult
   return { ok: false, why: why === 'stale' ? 'stale' : 'untold' };
 }
 
-export class RedisStore implements Store {
+export class RedisStore implements Store, UnitBackend {
   readonly backend = 'redis' as const;
+  readonly serialUnits = false;
+  /** Input ids this process committed or found committed (a cache: the store decides). */
+  private readonly inputsSeen = new Lru<string, true>(50_000);
   readonly client: (Redis | Cluster) & Commands;
   private readonly p: string;
   private seq = 0;
@@ -253,6 +326,7 @@ export class RedisStore implements Store {
     client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
     client.defineCommand('vigilPushCapped', { numberOfKeys: 1, lua: PUSH_CAPPED });
     client.defineCommand('vigilIncr', { numberOfKeys: 1, lua: INCR });
+    client.defineCommand('vigilUnit', { lua: UNIT });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as (Redis | Cluster) & Commands;
@@ -456,6 +530,133 @@ export class RedisStore implements Store {
       ttlMs ?? 0,
     );
     return ok === 1;
+  }
+
+  peekRaw(key: string, bytes: boolean, guess: boolean): Raw | undefined {
+    // A plain read goes to Redis: nothing checks it afterwards (a readout, the gate).
+    if (!guess) return undefined;
+    const k = this.k(key);
+    if (bytes) {
+      const b = this.lastBytes.get(k);
+      return b === undefined ? undefined : new Uint8Array(b);
+    }
+    return this.lastSeen.has(k) ? (this.lastSeen.get(k) as string | null) : undefined;
+  }
+
+  async readRaw(key: string, bytes: boolean): Promise<Raw> {
+    const k = this.k(key);
+    if (bytes) {
+      const b = await this.client.getBuffer(k);
+      if (b) this.lastBytes.set(k, b);
+      return b === null ? null : new Uint8Array(b);
+    }
+    const s = await this.client.get(k);
+    this.remember(k, s);
+    return s;
+  }
+
+  inputSeen(key: string): boolean {
+    return this.inputsSeen.peek(this.k(key)) === true;
+  }
+
+  async commitUnit(plan: UnitPlan): Promise<UnitOutcome> {
+    const ks: string[] = [];
+    const index = new Map<string, number>();
+    const ki = (key: string) => {
+      const k = this.k(key);
+      let i = index.get(k);
+      if (i === undefined) {
+        ks.push(k);
+        i = ks.length;
+        index.set(k, i);
+      }
+      return i;
+    };
+    const args: (string | number | Buffer)[] = [plan.inputs.length, plan.inputTtlMs];
+    for (const k of plan.inputs) args.push(ki(k));
+    args.push(plan.reads.length);
+    for (const [k, v] of plan.reads) {
+      args.push(ki(k), v === null ? '0' : '1', v === null ? '' : typeof v === 'string' ? v : Buffer.from(v));
+    }
+    args.push(plan.writes.length);
+    for (const w of plan.writes) {
+      switch (w.op) {
+        case 'set':
+          args.push('s', ki(w.key), typeof w.value === 'string' ? w.value : Buffer.from(w.value), w.ttlMs);
+          break;
+        case 'del':
+          args.push('d', ki(w.key));
+          break;
+        case 'hincr': {
+          const fs = Object.entries(w.deltas);
+          args.push('h', ki(w.key), w.ttlMs, fs.length);
+          for (const [f, d] of fs) args.push(f, d);
+          break;
+        }
+        case 'zadd':
+          args.push('z', ki(w.key), w.score, w.member);
+          break;
+        case 'lpush':
+          args.push('l', ki(w.key), w.value, w.cap, w.ttlMs);
+          break;
+        case 'outbox':
+          args.push('x', ki(OUTBOX_KEY), w.value);
+          break;
+      }
+    }
+    const r = await this.client.vigilUnitBuffer(ks.length, ...ks, ...args);
+    const code = Number(r[0]);
+    if (code === 2) {
+      for (const k of plan.inputs) this.inputsSeen.set(this.k(k), true);
+      return { ok: false, repeat: true };
+    }
+    const bytesKeys = new Set<string>();
+    for (const [k, v] of plan.reads) if (v instanceof Uint8Array) bytesKeys.add(k);
+    for (const w of plan.writes) if (w.op === 'set' && typeof w.value !== 'string') bytesKeys.add(w.key);
+    if (code === 0) {
+      const bad = r[1] as (number | Buffer)[];
+      const conflicts: [string, Raw][] = [];
+      for (let i = 0; i < bad.length; i += 3) {
+        const k = ks[Number(bad[i]) - 1];
+        const key = k.slice(this.p.length);
+        const present = Number(bad[i + 1]) === 1;
+        const b = bad[i + 2] as Buffer;
+        if (bytesKeys.has(key)) {
+          if (present) this.lastBytes.set(k, b);
+          else this.lastBytes.delete(k);
+          conflicts.push([key, present ? new Uint8Array(b) : null]);
+        } else {
+          const s = present ? b.toString() : null;
+          this.remember(k, s);
+          conflicts.push([key, s]);
+        }
+      }
+      return { ok: false, conflicts };
+    }
+    // Committed: what this process saw is what Redis holds now.
+    for (const w of plan.writes) {
+      if (w.op === 'outbox') continue;
+      const k = this.k(w.key);
+      if (w.op === 'set') {
+        if (typeof w.value === 'string') this.remember(k, w.value);
+        else this.lastBytes.set(k, Buffer.from(w.value));
+      } else if (w.op === 'del') {
+        this.lastBytes.delete(k);
+        this.remember(k, null);
+      }
+    }
+    for (const k of plan.inputs) this.inputsSeen.set(this.k(k), true);
+    return { ok: true, outbox: r.slice(1).map((x) => String(x)) };
+  }
+
+  async outboxRead(limit: number, before?: number): Promise<{ id: string; value: string }[]> {
+    const end = before === undefined ? '+' : `${Math.max(0, Math.floor(before))}`;
+    const rows = await this.client.xrange(this.k(OUTBOX_KEY), '-', end, 'COUNT', limit);
+    return rows.map(([id, fields]) => ({ id, value: fields[fields.indexOf('v') + 1] ?? '' }));
+  }
+
+  async outboxDone(ids: readonly string[]): Promise<void> {
+    if (ids.length) await this.client.xdel(this.k(OUTBOX_KEY), ...ids);
   }
 
   async keys(prefix: string): Promise<string[]> {

@@ -7,6 +7,7 @@ import type { Logger } from '../../core/logger.ts';
 import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
+import { onDiscard } from '../../core/unit.ts';
 import { ModelSchema, type RequestRecord } from '../../core/wire.ts';
 import {
   type BreakerAction,
@@ -142,6 +143,7 @@ export class BehaviorBreaker implements Detector {
       ttlMs: k.window,
     }));
     this.seen.set(pair, now);
+    onDiscard(() => this.seen.delete(pair));
     const idx = this.indexed.peek(r.model);
     if (idx === undefined || now < idx || now - idx >= refresh) {
       await this.store.update<Dict<number>, undefined>(INDEX, (cur) => ({
@@ -149,6 +151,7 @@ export class BehaviorBreaker implements Detector {
         result: undefined,
       }));
       this.indexed.set(r.model, now);
+      onDiscard(() => this.indexed.delete(r.model));
     }
     return fresh && k.recheck_interval > 0 ? this.recheck('traffic', r.model) : NONE;
   }

@@ -20,6 +20,7 @@ import type { Metrics } from '../../core/metrics.ts';
 import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
+import { onDiscard } from '../../core/unit.ts';
 import type { DirectiveSpec, ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
 import {
   amountShort,
@@ -239,6 +240,7 @@ export class MoneyDetector implements Detector {
       return { value: { ...(cur ?? {}), [root]: 'blocked' }, result: true, ttlMs: M_TTL.raised };
     });
     this.blockedAt.set(`${day}|${root}`, true);
+    onDiscard(() => this.blockedAt.delete(`${day}|${root}`));
     if (!fresh) return;
     const report = `${reason}\nThe tree's tool calls are refused until the next day or a Resume.`;
     await this.d.directives(root, [{ type: 'block', session_id: root, scope: 'tree', reason, report }]);
@@ -467,6 +469,7 @@ export class MoneyDetector implements Detector {
       return { value: m, result: before, ttlMs: M_TTL.raised };
     });
     this.raisedAt.set(`${day}|${key}`, st.level);
+    onDiscard(() => this.raisedAt.delete(`${day}|${key}`));
     if (was === null) return undefined;
     this.c.budgetAlerts.inc({ scope: scope.kind, level: st.level });
     // The refusal stops what it covers: their stretches end at it.

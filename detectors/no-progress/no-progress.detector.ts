@@ -3,6 +3,7 @@ import type { Detector, ModeEvent, SessionInfo, SessionReadout, Transition, Tree
 import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
+import { onDiscard } from '../../core/unit.ts';
 import type { ExternalVerdict, ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../core/wire.ts';
 import {
   decodeState,
@@ -205,6 +206,7 @@ export class NoProgressDetector implements Detector {
       if (await this.externalOf(sid)) {
         await this.store.del(npKeys.external(sid));
         this.externals.set(sid, null);
+        onDiscard(() => this.externals.delete(sid));
       }
       const after = await this.effective(sid);
       if (before.level === after.level) continue;
@@ -340,6 +342,12 @@ export class NoProgressDetector implements Detector {
     // between leaves nothing behind and the client's retry finds the change to make.
     const prev = this.externals.peek(id);
     this.externals.set(id, ext);
+    // Put back if the input is not committed (its unit of work discarded).
+    const restore = () => {
+      if (prev === undefined) this.externals.delete(id);
+      else this.externals.set(id, prev);
+    };
+    onDiscard(restore);
     let after: Awaited<ReturnType<NoProgressDetector['effective']>>;
     try {
       after = await this.effective(id);
@@ -347,8 +355,7 @@ export class NoProgressDetector implements Detector {
       if (!(await this.repo.get(id))) await this.repo.mutate(id, () => {});
       await this.store.set(npKeys.external(id), ext, NP_TTL.external);
     } catch (err) {
-      if (prev === undefined) this.externals.delete(id);
-      else this.externals.set(id, prev);
+      restore();
       throw err;
     }
     if (before.level === after.level) return NONE;
@@ -375,6 +382,8 @@ export class NoProgressDetector implements Detector {
     if (e === undefined) {
       e = (await this.store.get<StoredVerdict>(npKeys.external(id))) ?? null;
       this.externals.set(id, e);
+      // (inside a unit the read may be the unit's own write: forgotten if it is discarded)
+      onDiscard(() => this.externals.delete(id));
     }
     if (!e || e.at < since || this.clock.now() - e.at >= NP_TTL.external) return undefined;
     return since > 0 && this.tree.pluginLive(await this.tree.meta(id)) ? undefined : e;

@@ -2,7 +2,6 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Transition } from '../../core/contracts.ts';
 import { AppError } from '../../core/errors.ts';
-import { keys } from '../../core/store/keys.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import {
   DirectiveAckSchema,
@@ -11,6 +10,7 @@ import {
   ProgressEventSchema,
   RequestRecordSchema,
 } from '../../core/wire.ts';
+import { blindAlert } from '../../opencode/watchdog/blind.ts';
 import { HeartbeatSchema } from '../../opencode/watchdog/wire.ts';
 import { SENSOR_ROUTE } from '../auth.ts';
 import { checkSessionKeys, namedSessions, withLiftedRoots } from '../session-keys.ts';
@@ -72,15 +72,6 @@ export const ingestRoutes =
       vigil.health.plugins.set(h, vigil.clock.now());
       return h;
     };
-    const rootsDirectives = async (sessions: Iterable<string>) => {
-      const roots = new Set<string>();
-      for (const s of sessions) roots.add(await vigil.tree.rootOf(s));
-      if (roots.size === 1) return vigil.engine.directives.pending(roots.values().next().value as string);
-      const out = [];
-      for (const r of roots) out.push(...(await vigil.engine.directives.pending(r)));
-      return out;
-    };
-
     app.post(
       '/progress',
       {
@@ -95,16 +86,11 @@ export const ingestRoutes =
         const events = Array.isArray(req.body) ? req.body : [req.body];
         checkTimes(events, Array.isArray(req.body));
         await checkSessionKeys(vigil, req, await withLiftedRoots(vigil, events));
-        const changes = await vigil.judge(events, {
-          plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]),
-        });
-        const directives = await rootsDirectives(
-          events.length === 1 ? [events[0].session_id] : new Set(events.map((e) => e.session_id)),
-        );
+        const r = await vigil.ingest(events, { plugin_version: pluginVersion(req.headers[PLUGIN_HEADER]) });
         return reply.code(202).send({
           accepted: events.length,
-          verdicts: verdictsOf(changes),
-          directives,
+          verdicts: verdictsOf(r.transitions),
+          directives: r.directives,
         });
       },
     );
@@ -157,34 +143,7 @@ export const ingestRoutes =
       { config, schema: { summary: 'The watchdog reports each tick', body: HeartbeatSchema } },
       async (req, reply) => {
         checkTimes([{ ts: req.body.last_tick_at }], false, 'last_tick_at');
-        vigil.health.watchdog = {
-          last_tick_at: req.body.last_tick_at,
-          result: req.body.result,
-          received_at: vigil.clock.now(),
-        };
-        await vigil.store.set(keys.watchdog, vigil.health.watchdog);
-        vigil.events.emit('heartbeat', vigil.health.watchdog);
-        // A blind watchdog (opencode's API changed shape) must not pass for "all healthy":
-        // one warning, resolved by the next tick that reads again. Transitions only.
-        const { status, error } = req.body.result;
-        if (status === 'blind') {
-          await vigil.notifier.notify({
-            dedup_key: 'watchdog:blind',
-            severity: 'warning',
-            title: 'watchdog is blind',
-            summary: `the watchdog cannot read opencode: ${error ?? 'unexpected API shape'}`.slice(0, 1024),
-            source: 'watchdog',
-          });
-        } else if (status === 'ok' || status === 'flagged' || status === 'idle') {
-          await vigil.notifier.notify({
-            dedup_key: 'watchdog:blind',
-            severity: 'warning',
-            state: 'resolve',
-            title: 'watchdog is blind',
-            summary: 'the watchdog reads opencode again',
-            source: 'watchdog',
-          });
-        }
+        await vigil.heartbeat(req.body, blindAlert(req.body.result));
         return reply.code(202).send({ ok: true });
       },
     );
@@ -201,7 +160,7 @@ export const ingestRoutes =
       async (req) => {
         // The ids an ack names: only for the session's own sensor.
         await checkSessionKeys(vigil, req, [req.query.session]);
-        return { directives: await rootsDirectives([req.query.session]) };
+        return { directives: await vigil.engine.pendingFor(req.query.session) };
       },
     );
 
