@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import { inject, injectable } from 'tsyringe';
 import { keys, TTL } from './store/keys.ts';
 import type { Store } from './store/store.ts';
+import { TOKENS } from './tokens.ts';
 import type { Directive, DirectiveSpec } from './wire.ts';
 
 /** Pending directives kept per tree; beyond this the oldest toasts go first, then the oldest. */
@@ -27,8 +29,9 @@ const lifts = (l: DirectiveSpec, b: Directive) =>
  * acknowledges them, so a lost /progress response does not lose an action. Every
  * response repeats what is still pending; the plugin acts once per id.
  */
+@injectable()
 export class DirectiveQueue {
-  constructor(private readonly store: Store) {}
+  constructor(@inject(TOKENS.Store) private readonly store: Store) {}
 
   /**
    * Queues directives for a tree. One still pending that is the same (type, session,

@@ -1,4 +1,5 @@
 import type { EventEmitter } from 'node:events';
+import { inject, injectable } from 'tsyringe';
 import type { Severity } from './alert.ts';
 import type { VigilEventMap, VigilEventName } from './bus.ts';
 import type { Clock } from './clock.ts';
@@ -19,6 +20,7 @@ import type { Metrics } from './metrics.ts';
 import type { Notifier } from './notifier/notifier.ts';
 import { keys, TTL } from './store/keys.ts';
 import type { Store } from './store/store.ts';
+import { TOKENS } from './tokens.ts';
 import type { SessionTree } from './tree.ts';
 import { afterCommit, type Units } from './unit.ts';
 import type { ExternalVerdict, ProgressEvent, RequestRecord, VerdictLevel } from './wire.ts';
@@ -74,6 +76,7 @@ export const inputKey = (kind: string, session: string, id: string) => `in:${kin
  * subject; every other detector sees the transition. Each input is one unit of work
  * (core/unit.ts): all it causes commits at once or not at all. Names no plugin.
  */
+@injectable()
 export class Dispatch {
   /** Detectors by the hook they implement. */
   readonly on: Record<'progress' | 'request' | 'verdict' | 'transition' | 'tree' | 'tick' | 'gate', Driven[]>;
@@ -81,18 +84,18 @@ export class Dispatch {
   private readonly dueAt = new Map<string, number>();
 
   constructor(
-    readonly driven: readonly Driven[],
+    @inject(TOKENS.Driven) readonly driven: readonly Driven[],
     /** The configured mode, built from the live knobs. */
-    readonly mode: () => Mode,
-    private readonly tree: SessionTree,
-    private readonly store: Store,
-    private readonly directives: DirectiveQueue,
-    private readonly notifier: Notifier,
-    private readonly units: Units,
-    private readonly clock: Clock,
-    private readonly logger: Logger,
-    private readonly metrics: Metrics,
-    private readonly events: EventEmitter,
+    @inject(TOKENS.Mode) readonly mode: () => Mode,
+    @inject(TOKENS.Tree) private readonly tree: SessionTree,
+    @inject(TOKENS.Store) private readonly store: Store,
+    @inject(TOKENS.DirectiveQueue) private readonly directives: DirectiveQueue,
+    @inject(TOKENS.Notifier) private readonly notifier: Notifier,
+    @inject(TOKENS.Units) private readonly units: Units,
+    @inject(TOKENS.Clock) private readonly clock: Clock,
+    @inject(TOKENS.Logger) private readonly logger: Logger,
+    @inject(TOKENS.Metrics) private readonly metrics: Metrics,
+    @inject(TOKENS.Events) private readonly events: EventEmitter,
   ) {
     const having = (m: keyof Detector) => driven.filter((x) => typeof x.detector[m] === 'function');
     this.on = {

@@ -1,8 +1,10 @@
+import { inject, injectable } from 'tsyringe';
 import type { Decision, Detector, Mode, Origin, Transition, TreeState } from './contracts.ts';
 import type { DirectiveQueue } from './directives.ts';
 import type { Dispatch } from './dispatch.ts';
 import type { Gate } from './gate.ts';
 import type { Readouts, SessionRow } from './readouts.ts';
+import { TOKENS } from './tokens.ts';
 import type { SessionTree } from './tree.ts';
 import type { Units } from './unit.ts';
 import type { Directive, ExternalVerdict, GateAnswer, GateQuery, ProgressEvent, RequestRecord } from './wire.ts';
@@ -25,14 +27,15 @@ export interface InputResult {
  * detectors, transitions to the mode and the notifier, each input one unit of work),
  * the gate, the readouts.
  */
+@injectable()
 export class Engine {
   constructor(
-    private readonly dispatch: Dispatch,
-    private readonly gate: Gate,
-    private readonly readouts: Readouts,
-    readonly tree: SessionTree,
-    readonly directives: DirectiveQueue,
-    readonly units: Units,
+    @inject(TOKENS.Dispatch) private readonly dispatch: Dispatch,
+    @inject(TOKENS.Gate) private readonly gate: Gate,
+    @inject(TOKENS.Readouts) private readonly readouts: Readouts,
+    @inject(TOKENS.Tree) readonly tree: SessionTree,
+    @inject(TOKENS.DirectiveQueue) readonly directives: DirectiveQueue,
+    @inject(TOKENS.Units) readonly units: Units,
   ) {}
 
   get mode(): () => Mode {

@@ -1,21 +1,24 @@
+import { inject, injectable } from 'tsyringe';
 import type { Clock } from './clock.ts';
 import type { GateVote, SessionInfo } from './contracts.ts';
 import type { Dispatch } from './dispatch.ts';
 import type { Metrics } from './metrics.ts';
 import type { Readouts } from './readouts.ts';
+import { TOKENS } from './tokens.ts';
 import type { SessionTree } from './tree.ts';
 import type { GateAnswer, GateQuery } from './wire.ts';
 
 const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then?: unknown })?.then === 'function';
 
 /** The router gate: the mode's state and every detector's vote on one model request. */
+@injectable()
 export class Gate {
   constructor(
-    private readonly dispatch: Dispatch,
-    private readonly readouts: Readouts,
-    private readonly tree: SessionTree,
-    private readonly clock: Clock,
-    private readonly metrics: Metrics,
+    @inject(TOKENS.Dispatch) private readonly dispatch: Dispatch,
+    @inject(TOKENS.Readouts) private readonly readouts: Readouts,
+    @inject(TOKENS.Tree) private readonly tree: SessionTree,
+    @inject(TOKENS.Clock) private readonly clock: Clock,
+    @inject(TOKENS.Metrics) private readonly metrics: Metrics,
   ) {}
 
   /** The router gate: the mode and every detector vote; the strictest vote wins. */

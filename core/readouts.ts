@@ -1,9 +1,12 @@
+import { inject, injectable } from 'tsyringe';
 import type { Clock } from './clock.ts';
+import type { VigilConfig } from './config.ts';
 import type { Mode, SessionReadout, TreeState } from './contracts.ts';
 import { type Driven, RANK } from './dispatch.ts';
 import { gapLine, gapsOf, type SensorDescriptor, sensorNameOf } from './sensor.ts';
 import { keys } from './store/keys.ts';
 import type { Store } from './store/store.ts';
+import { TOKENS } from './tokens.ts';
 import type { SessionTree } from './tree.ts';
 import type { VerdictLevel } from './wire.ts';
 
@@ -48,18 +51,23 @@ export interface SessionRow {
  * The readouts: the Sessions table, one session's row, its incident report. Reads only:
  * the tree's facts, the mode's state and what each detector says.
  */
+@injectable()
 export class Readouts {
+  /** detection.stale_after: a tree this long without sensor input reads as stale. */
+  private readonly staleAfterMs: number;
+
   constructor(
-    private readonly driven: readonly Driven[],
-    private readonly mode: () => Mode,
-    private readonly tree: SessionTree,
-    private readonly store: Store,
-    private readonly clock: Clock,
-    /** detection.stale_after: a tree this long without sensor input reads as stale. */
-    private readonly staleAfterMs: number,
+    @inject(TOKENS.Driven) private readonly driven: readonly Driven[],
+    @inject(TOKENS.Mode) private readonly mode: () => Mode,
+    @inject(TOKENS.Tree) private readonly tree: SessionTree,
+    @inject(TOKENS.Store) private readonly store: Store,
+    @inject(TOKENS.Clock) private readonly clock: Clock,
+    @inject(TOKENS.Config) config: VigilConfig,
     /** What each sensor can carry out (core/sensor.ts), by name. */
-    private readonly sensors: ReadonlyMap<string, SensorDescriptor>,
-  ) {}
+    @inject(TOKENS.Sensors) private readonly sensors: ReadonlyMap<string, SensorDescriptor>,
+  ) {
+    this.staleAfterMs = config.detection.stale_after as number;
+  }
 
   async treeState(root: string): Promise<TreeState | undefined> {
     return this.store.get<TreeState>(keys.tree(root));

@@ -32,4 +32,24 @@ export const TOKENS = {
   PluginOptions: Symbol('PluginOptions'),
   /** Config name of the plugin instance being built (a channel's `name`). */
   PluginName: Symbol('PluginName'),
+  // The kernel's own parts, wired by the container like every plugin (core/vigil.ts).
+  /** The unit-of-work runner (core/unit.ts). */
+  Units: Symbol('Units'),
+  /** `readonly Driven[]`: the detectors the engine drives, with their enabled switches. */
+  Driven: Symbol('Driven'),
+  /** `() => Mode`: the configured mode, rebuilt when its knobs change. */
+  Mode: Symbol('Mode'),
+  /** The sensors' pending directives, per tree (core/directives.ts). */
+  DirectiveQueue: Symbol('DirectiveQueue'),
+  Dispatch: Symbol('Dispatch'),
+  Readouts: Symbol('Readouts'),
+  Gate: Symbol('Gate'),
+  Engine: Symbol('Engine'),
+  Deliverer: Symbol('Deliverer'),
+  /** `ReadonlyMap<string, SensorDescriptor>`: what each declared sensor can carry out. */
+  Sensors: Symbol('Sensors'),
+  /** `ReadonlyMap<string, Channel>`: the channel instances by config name. */
+  Channels: Symbol('Channels'),
+  /** The notifier's view of the delivery log (counts its suppressions). */
+  NotifierLog: Symbol('NotifierLog'),
 } as const;

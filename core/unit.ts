@@ -1,7 +1,9 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { inject, injectable } from 'tsyringe';
 import { AppError } from './errors.ts';
 import type { Logger } from './logger.ts';
 import type { AdmitRequest, AdmitResult, BytesUpdate, Store, UpdateResult } from './store/store.ts';
+import { TOKENS } from './tokens.ts';
 
 // The unit of work: everything one input causes (detector state, the tree's decision,
 // directives, incident changes, the outbox entries that deliver them, the input's id)
@@ -337,6 +339,7 @@ export type OutboxHandler = (entry: OutboxEntry) => Promise<void>;
  * Runs units: judge, commit (or judge again on a conflict), then the after-commit work
  * and the outbox entries the unit wrote. One per Vigil instance.
  */
+@injectable()
 export class Units {
   private readonly handlers = new Map<string, OutboxHandler>();
   /** The memory backend's units, one at a time. */
@@ -345,8 +348,8 @@ export class Units {
   private readonly draining = new Set<string>();
 
   constructor(
-    private readonly store: UnitStore,
-    private readonly logger: Logger,
+    @inject(TOKENS.Store) private readonly store: UnitStore,
+    @inject(TOKENS.Logger) private readonly logger: Logger,
   ) {}
 
   /** Who delivers outbox entries of a kind (the notifier: `alert`). */
@@ -373,7 +376,6 @@ export class Units {
   async run<T>(fn: () => Promise<T> | T, inputs: readonly string[] = []): Promise<{ value?: T; repeat: boolean }> {
     if (current()) return { value: await fn(), repeat: false };
     const base = this.store.base;
-    if (inputs.some((k) => base.inputSeen(k))) return { repeat: true };
     let done: { value?: T; repeat: boolean; entries: [string, OutboxEntry][]; after: (() => void)[] };
     if (base.serialUnits) {
       const p = this.tail.then(() => this.attempts(fn, inputs));
@@ -393,6 +395,8 @@ export class Units {
 
   private async attempts<T>(fn: () => Promise<T> | T, inputs: readonly string[]) {
     const base = this.store.base;
+    // (checked here, inside the memory backend's one-at-a-time section: a repeat is never judged)
+    if (inputs.some((k) => base.inputSeen(k))) return { repeat: true, entries: [], after: [] };
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const u = new Unit();
       u.inputs.push(...inputs);

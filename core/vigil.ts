@@ -151,8 +151,15 @@ export class Vigil {
     this.events.setMaxListeners(100);
     const store = backend instanceof UnitStore ? backend : new UnitStore(backend);
     this.store = store;
-    this.units = new Units(store, logger.child({ part: 'units' }));
     const c = rootContainer.createChildContainer();
+    /** A kernel part resolved from the container (its own logger), then registered under its token. */
+    const build = <T>(token: symbol, cls: new (...args: never[]) => T, part: string): T => {
+      const child = c.createChildContainer();
+      child.register(TOKENS.Logger, { useValue: logger.child({ part }) });
+      const made = child.resolve<T>(cls as never);
+      c.register(token, { useValue: made });
+      return made;
+    };
     c.register(TOKENS.Logger, { useValue: logger });
     c.register(TOKENS.Clock, { useValue: clock });
     c.register(TOKENS.Store, { useValue: store });
@@ -162,6 +169,7 @@ export class Vigil {
     c.register(TOKENS.Env, { useValue: env });
     c.register(TOKENS.Events, { useValue: this.events });
     this.container = c;
+    this.units = build(TOKENS.Units, Units, 'units');
     this.knobs = new Knobs(registry, config, store, logger.child({ part: 'knobs' }));
     this.knobs.onChange((k) => {
       this.modeCache = undefined;
@@ -198,17 +206,8 @@ export class Vigil {
         });
       }
     }
-    const n = config.notifications;
-    this.deliverer = new Deliverer(
-      this.channels,
-      this.deliveryLog,
-      n.delivery_timeout,
-      { baseMs: n.retry_delay, maxDelayMs: n.retry_max_delay, maxAgeMs: n.max_age, maxAttempts: n.max_attempts },
-      logger.child({ part: 'delivery' }),
-      clock,
-      store,
-      this.metrics,
-    );
+    c.register(TOKENS.Channels, { useValue: this.channels });
+    this.deliverer = build(TOKENS.Deliverer, Deliverer, 'delivery');
     // The notifier logs its own suppressions (quiet window, rate limit); the deliverer
     // counts everything else. This view of the same log counts those too.
     const metrics = this.metrics;
@@ -217,20 +216,13 @@ export class Vigil {
       metrics.deliveries.inc({ channel: r.channel, outcome: r.outcome });
       return this.deliveryLog.record(r);
     };
-    this.notifier = new Notifier(
-      n.channels as ChannelEntry[],
-      store,
-      queue,
-      notifierLog,
-      clock,
-      logger.child({ part: 'notifier' }),
-      this.units,
-    );
+    c.register(TOKENS.NotifierLog, { useValue: notifierLog });
+    this.notifier = build(TOKENS.Notifier, Notifier, 'notifier');
+    const n = config.notifications;
     this.deliverer.onGone = (name, reason) => this.notifier.channelGone(name, reason);
     this.toggles = new ChannelToggles(n.channels as ChannelEntry[], store, (name, t) => {
       this.notifier.setChannel(name, t);
     });
-    c.register(TOKENS.Notifier, { useValue: this.notifier });
 
     c.register(TOKENS.ModeInfo, {
       useValue: { type: () => this.mode().type, acts: () => this.mode().acts } satisfies ModeInfo,
@@ -267,33 +259,15 @@ export class Vigil {
       this.detectors.set(plugin.type, detector);
       driven.push({ detector, enabled: () => knobs()?.enabled !== false });
     }
-    const directives = new DirectiveQueue(store);
-    const mode = () => this.mode();
-    const dispatch = new Dispatch(
-      driven,
-      mode,
-      this.tree,
-      store,
-      directives,
-      this.notifier,
-      this.units,
-      clock,
-      logger.child({ part: 'engine' }),
-      this.metrics,
-      this.events,
-    );
-    const readouts = new Readouts(
-      driven,
-      mode,
-      this.tree,
-      store,
-      clock,
-      this.config.detection.stale_after as number,
-      registry.sensors,
-    );
-    const gate = new Gate(dispatch, readouts, this.tree, clock, this.metrics);
-    engine = new Engine(dispatch, gate, readouts, this.tree, directives, this.units);
-    this.engine = engine;
+    c.register(TOKENS.Driven, { useValue: driven });
+    c.register(TOKENS.Mode, { useValue: () => this.mode() });
+    c.register(TOKENS.Sensors, { useValue: registry.sensors });
+    build(TOKENS.DirectiveQueue, DirectiveQueue, 'directives');
+    build(TOKENS.Dispatch, Dispatch, 'engine');
+    build(TOKENS.Readouts, Readouts, 'readouts');
+    build(TOKENS.Gate, Gate, 'gate');
+    engine = build(TOKENS.Engine, Engine, 'engine');
+    this.engine = engine as Engine;
   }
 
   /**

@@ -1,11 +1,14 @@
+import { inject, injectable } from 'tsyringe';
 import type { Alert } from '../alert.ts';
 import type { Clock } from '../clock.ts';
+import type { VigilConfig } from '../config.ts';
 import type { Channel } from '../contracts.ts';
 import { isDeliveryError, isRetryable } from '../errors.ts';
 import { type Logger, scrub } from '../logger.ts';
 import type { Metrics } from '../metrics.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
+import { TOKENS } from '../tokens.ts';
 import type { DeliveryLog } from './delivery-log.ts';
 import type { Incident } from './lifecycle.ts';
 import { nextRetry, type RetryPolicy } from './retry.ts';
@@ -38,19 +41,30 @@ export type OnGone = (channel: string, reason: string) => Promise<void>;
  * (backoff with jitter, Retry-After, until max_age) and a delivery-log row for every
  * attempt. Both queue backends call this, so retry and logging rules exist once.
  */
+@injectable()
 export class Deliverer {
   onGone: OnGone | undefined;
+  private readonly timeoutMs: number;
+  private readonly policy: RetryPolicy;
 
   constructor(
-    private readonly channels: ReadonlyMap<string, Channel>,
-    private readonly log: DeliveryLog,
-    private readonly timeoutMs: number,
-    private readonly policy: RetryPolicy,
-    private readonly logger: Logger,
-    private readonly clock: Clock,
-    private readonly store: Store,
-    private readonly metrics?: Metrics,
-  ) {}
+    @inject(TOKENS.Channels) private readonly channels: ReadonlyMap<string, Channel>,
+    @inject(TOKENS.DeliveryLog) private readonly log: DeliveryLog,
+    @inject(TOKENS.Config) config: VigilConfig,
+    @inject(TOKENS.Logger) private readonly logger: Logger,
+    @inject(TOKENS.Clock) private readonly clock: Clock,
+    @inject(TOKENS.Store) private readonly store: Store,
+    @inject(TOKENS.Metrics) private readonly metrics?: Metrics,
+  ) {
+    const n = config.notifications;
+    this.timeoutMs = n.delivery_timeout as number;
+    this.policy = {
+      baseMs: n.retry_delay as number,
+      maxDelayMs: n.retry_max_delay as number,
+      maxAgeMs: n.max_age as number,
+      maxAttempts: n.max_attempts as number,
+    };
+  }
 
   /** Writes after a delivery still in flight. */
   private readonly inflight = new Set<Promise<unknown>>();

@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto';
+import { inject, injectable } from 'tsyringe';
 import { type Alert, type AlertInput, AlertInputSchema, type AlertState } from '../alert.ts';
 import type { Clock } from '../clock.ts';
-import type { ChannelEntry } from '../config.ts';
+import type { ChannelEntry, VigilConfig } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
+import { TOKENS } from '../tokens.ts';
 import type { OutboxEntry, Units } from '../unit.ts';
 import { admit, admitRequest, admitted } from './admit.ts';
 import type { DeliverJob } from './deliverer.ts';
@@ -67,6 +69,7 @@ interface AlertEntry {
  * twice is safe: the gate answers a transition it passed as it did, the job id refuses
  * a copy. notify() never waits for a channel.
  */
+@injectable()
 export class Notifier {
   private readonly entries = new Map<string, ChannelEntry>();
   /** Redis: the delivery stages in one script (redis-commit.ts); undefined: one by one. */
@@ -76,15 +79,16 @@ export class Notifier {
   private readonly outcomes = new Map<string, NotifyResult['channels']>();
 
   constructor(
-    entries: readonly ChannelEntry[],
-    private readonly store: Store,
-    private readonly queue: AlertQueue,
-    private readonly log: DeliveryLog,
-    private readonly clock: Clock,
-    private readonly logger: Logger,
-    private readonly units: Units,
+    @inject(TOKENS.Config) config: VigilConfig,
+    @inject(TOKENS.Store) private readonly store: Store,
+    @inject(TOKENS.Queue) private readonly queue: AlertQueue,
+    /** The notifier's view of the delivery log: its suppressions are counted too. */
+    @inject(TOKENS.NotifierLog) private readonly log: DeliveryLog,
+    @inject(TOKENS.Clock) private readonly clock: Clock,
+    @inject(TOKENS.Logger) private readonly logger: Logger,
+    @inject(TOKENS.Units) private readonly units: Units,
   ) {
-    for (const e of entries) this.entries.set(e.name, { ...e });
+    for (const e of config.notifications.channels as ChannelEntry[]) this.entries.set(e.name, { ...e });
     this.commit = RedisCommit.for(store, queue, logger);
     units.handle('alert', (e) => this.deliver(e as unknown as AlertEntry).then(() => {}));
   }

@@ -292,7 +292,8 @@ describe('labels and sweep', () => {
     expect(rows.find(at)).toMatchObject({ tp: flagged, fp: 0, fn: 0, tn: cal.cases.length - flagged });
     // the grid reaches past the error-free region on both kinds of error
     expect(rows.some((r) => r.fp !== 0)).toBe(true);
-  });
+    // (729 replays of the calibration set: about 25 s alone on a 2-core machine, more when it is shared)
+  }, 120_000);
 
   it('takes a grid file and prints JSON rows', async () => {
     const grid = join(tmp, 'grid.json');
