@@ -46,6 +46,64 @@ function alertOf(i: Incident, state: AlertState, at: number): Alert {
   };
 }
 
+/** What one channel's stages see: its entry, the transition (as the gate may restate it), the episode. */
+interface ChannelStep {
+  entry: ChannelEntry;
+  alert: Alert;
+  episode: number;
+  notifier: Notifier;
+}
+
+type ChannelEnd = { outcome: RouteOutcome; reason?: string; job_id?: string };
+
+/**
+ * One stage of a channel's delivery, one signature for all (Alertmanager composes its
+ * notification pipeline the same way): it ends the channel's run with an outcome, or
+ * returns undefined to hand the step, maybe restated, to the next stage.
+ */
+interface ChannelStage {
+  name: string;
+  run(step: ChannelStep): Promise<ChannelEnd | undefined> | ChannelEnd | undefined;
+}
+
+/**
+ * The channel stages, in order. On Redis `admit` and `enqueue` of every channel run as
+ * one script instead (deliverInOne, redis-commit.ts): the same rules, one round trip.
+ */
+const CHANNEL_STAGES: readonly ChannelStage[] = [
+  {
+    // enabled, resolve_messages, min_severity
+    name: 'route',
+    run: ({ entry, alert }) => {
+      const r = route(entry, alert);
+      return r.send ? undefined : { outcome: 'filtered', reason: r.reason };
+    },
+  },
+  {
+    // what the channel was told of the incident; quiet window and rate limit for one new to it
+    name: 'admit',
+    run: async (step) => {
+      const { entry, alert, episode, notifier } = step;
+      const g = await admit(notifier.gateStore, entry, alert, episode).catch(
+        (err) => ({ ok: false, error: err as Error }) as const,
+      );
+      if (!g.ok) {
+        if ('error' in g) return { outcome: 'error', reason: g.error.message };
+        if (!g.log) return { outcome: 'filtered', reason: g.reason };
+        return notifier.suppressFor(entry, alert, g.reason);
+      }
+      // An escalation of an incident the channel was not told of goes out as its trigger.
+      if (g.as !== alert.state) step.alert = { ...alert, state: g.as };
+      return undefined;
+    },
+  },
+  {
+    // one job per (channel, transition), its id the transition's
+    name: 'enqueue',
+    run: ({ entry, alert, notifier }) => notifier.enqueueFor(entry.name, alert),
+  },
+];
+
 /** The outbox entry of a transition: delivered after the unit that decided it commits. */
 interface AlertEntry {
   kind: 'alert';
@@ -216,24 +274,35 @@ export class Notifier {
   }
 
   /**
-   * route -> admit -> enqueue for every channel; the channels side by side (each has its
-   * own gate and lane). A channel gets the transition as its admit says: an escalation of
-   * an incident it was not told of is its trigger. `episode`: the incident's opening.
+   * The channel stages (CHANNEL_STAGES) for every channel, side by side (each has its
+   * own gate and lane). `episode`: the incident's opening.
    */
-  private fanOut(a: Alert, episode: number): Promise<NotifyResult['channels']> {
+  private async fanOut(a: Alert, episode: number): Promise<NotifyResult['channels']> {
     return Promise.all(
-      [...this.entries.values()].map(async (e): Promise<NotifyResult['channels'][number]> => {
-        const r = route(e, a);
-        if (!r.send) return { name: e.name, outcome: 'filtered', reason: r.reason };
-        const g = await admit(this.store, e, a, episode).catch((err) => ({ ok: false, error: err as Error }) as const);
-        if (!g.ok) {
-          if ('error' in g) return { name: e.name, outcome: 'error', reason: g.error.message };
-          if (!g.log) return { name: e.name, outcome: 'filtered', reason: g.reason };
-          return { name: e.name, ...(await this.suppress(e, a, g.reason)) };
+      [...this.entries.values()].map(async (entry): Promise<NotifyResult['channels'][number]> => {
+        const ctx: ChannelStep = { entry, alert: a, episode, notifier: this };
+        for (const stage of CHANNEL_STAGES) {
+          const end = await stage.run(ctx);
+          if (end) return { name: entry.name, ...end };
         }
-        return { name: e.name, ...(await this.enqueue(e.name, g.as === a.state ? a : { ...a, state: g.as })) };
+        return { name: entry.name, outcome: 'error', reason: 'no stage queued it' };
       }),
     );
+  }
+
+  /** @internal the enqueue stage */
+  enqueueFor(channel: string, a: Alert) {
+    return this.enqueue(channel, a);
+  }
+
+  /** @internal the admit stage's suppressions */
+  suppressFor(e: ChannelEntry, a: Alert, reason: string) {
+    return this.suppress(e, a, reason);
+  }
+
+  /** @internal the admit stage's store */
+  get gateStore(): Store {
+    return this.store;
   }
 
   private async enqueue(
