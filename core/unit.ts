@@ -31,8 +31,8 @@ export interface UnitPlan {
   /** Input ids: one already stored makes the whole unit a repeat (nothing is written). */
   inputs: string[];
   inputTtlMs: number;
-  /** What the unit read, key by key: the commit happens only if each still holds it. */
-  reads: [key: string, value: Raw][];
+  /** What the unit read, key by key (and whether as bytes): the commit happens only if each still holds it. */
+  reads: [key: string, value: Raw, bytes: boolean][];
   writes: UnitWrite[];
 }
 
@@ -50,11 +50,8 @@ export interface UnitBackend {
    * conflicts and a judge's in-process state is never run twice for one input.
    */
   readonly serialUnits: boolean;
-  /**
-   * A value without a round trip: the store's own (memory), or, for a read-modify-write
-   * (`guess`), what this process last saw (a guess the commit checks); undefined: read it.
-   */
-  peekRaw(key: string, bytes: boolean, guess: boolean): Raw | undefined;
+  /** A value without a round trip: the store's own (memory), or what this process last saw (a guess the commit checks); undefined: unknown. */
+  peekRaw(key: string, bytes: boolean): Raw | undefined;
   readRaw(key: string, bytes: boolean): Promise<Raw>;
   /** An input id this process knows is committed (a cache; the store decides). */
   inputSeen(key: string): boolean;
@@ -71,8 +68,8 @@ export interface OutboxEntry {
 }
 
 class Unit {
-  /** What was read first, per key (compared at commit). */
-  readonly reads = new Map<string, Raw>();
+  /** What was read first, per key, and whether as bytes (compared at commit). */
+  readonly reads = new Map<string, [Raw, boolean]>();
   /** The unit's view: what it read or wrote last, per key. */
   readonly view = new Map<string, Raw>();
   readonly writes: UnitWrite[] = [];
@@ -135,21 +132,24 @@ export class UnitStore implements Store {
     return this.base.backend;
   }
 
-  /** `rmw`: a read-modify-write, whose write the commit checks, may start from a guess. */
-  private read(u: Unit, key: string, bytes: boolean, rmw: boolean): Raw | Promise<Raw> {
+  /**
+   * A read inside a unit. On a shared store an unknown key is guessed absent (a new
+   * session's keys mostly are): the commit checks every guess, and a wrong one costs a
+   * second judging with the real values the commit answered, never a wrong result.
+   */
+  private read(u: Unit, key: string, bytes: boolean): Raw | Promise<Raw> {
     if (u.view.has(key)) return u.view.get(key) as Raw;
-    const g = this.base.peekRaw(key, bytes, rmw);
-    if (g !== undefined || (rmw && !this.base.serialUnits)) {
-      // Unknown keys of a read-modify-write are guessed absent (new sessions, new incidents).
+    const g = this.base.peekRaw(key, bytes);
+    if (g !== undefined || !this.base.serialUnits) {
       if (!this.base.serialUnits) u.guessed = true;
       const v = g ?? null;
-      u.reads.set(key, v);
+      u.reads.set(key, [v, bytes]);
       u.view.set(key, v);
       return v;
     }
     return this.base.readRaw(key, bytes).then((v) => {
       if (!u.view.has(key)) {
-        u.reads.set(key, v);
+        u.reads.set(key, [v, bytes]);
         u.view.set(key, v);
       }
       return u.view.get(key) as Raw;
@@ -170,7 +170,7 @@ export class UnitStore implements Store {
   async get<T>(key: string): Promise<T | undefined> {
     const u = current();
     if (!u) return this.base.get<T>(key);
-    const v = await this.read(u, key, false, false);
+    const v = await this.read(u, key, false);
     return v === null ? undefined : (JSON.parse(isBytes(v) ? Buffer.from(v).toString() : v) as T);
   }
 
@@ -191,7 +191,7 @@ export class UnitStore implements Store {
   async update<T, R>(key: string, fn: (current: T | undefined) => UpdateResult<T, R>): Promise<R> {
     const u = current();
     if (!u) return this.base.update(key, fn);
-    let v = this.read(u, key, false, true);
+    let v = this.read(u, key, false);
     if (typeof (v as Promise<Raw>)?.then === 'function') v = await v;
     const cur =
       v === null
@@ -207,7 +207,7 @@ export class UnitStore implements Store {
   async setIfAbsent(key: string, value: string, ttlMs: number): Promise<boolean> {
     const u = current();
     if (!u) return this.base.setIfAbsent(key, value, ttlMs);
-    if ((await this.read(u, key, false, false)) !== null) return false;
+    if ((await this.read(u, key, false)) !== null) return false;
     this.write(u, key, JSON.stringify(value), ttlMs);
     return true;
   }
@@ -276,7 +276,7 @@ export class UnitStore implements Store {
   async getBytes(key: string): Promise<Uint8Array | undefined> {
     const u = current();
     if (!u) return this.base.getBytes(key);
-    const v = await this.read(u, key, true, false);
+    const v = await this.read(u, key, true);
     return v === null ? undefined : new Uint8Array(isBytes(v) ? v : Buffer.from(v));
   }
 
@@ -289,7 +289,7 @@ export class UnitStore implements Store {
   async updateBytes<R>(key: string, fn: (current: Uint8Array | undefined) => BytesUpdate<R>): Promise<R> {
     const u = current();
     if (!u) return this.base.updateBytes(key, fn);
-    let v = this.read(u, key, true, true);
+    let v = this.read(u, key, true);
     if (typeof (v as Promise<Raw>)?.then === 'function') v = await v;
     const cur =
       v === null ? undefined : new Uint8Array(isBytes(v as Raw) ? (v as Uint8Array) : Buffer.from(v as string));
@@ -301,7 +301,7 @@ export class UnitStore implements Store {
   async casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean> {
     const u = current();
     if (!u) return this.base.casBytes(key, expected, next, ttlMs);
-    const v = await this.read(u, key, true, false);
+    const v = await this.read(u, key, true);
     const cur = v === null ? undefined : isBytes(v) ? v : Buffer.from(v);
     if (
       cur === undefined
@@ -413,7 +413,7 @@ export class Units {
         r = await base.commitUnit({
           inputs: u.inputs,
           inputTtlMs: INPUT_TTL_MS,
-          reads: [...u.reads],
+          reads: [...u.reads].map(([k, [v, b]]) => [k, v, b] as [string, Raw, boolean]),
           writes: u.writes,
         });
       } catch (err) {

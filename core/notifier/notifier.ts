@@ -104,6 +104,18 @@ const CHANNEL_STAGES: readonly ChannelStage[] = [
   },
 ];
 
+/**
+ * A transition whose predecessor of the same incident was not handed to the channels yet
+ * (its delivery failed, or another instance has it): it waits in the outbox, and the
+ * reconciler hands them out oldest first, so a channel never gets a resolve before its
+ * trigger.
+ */
+class Waiting extends Error {
+  constructor(a: Alert) {
+    super(`alert ${a.dedup_key} #${a.seq} waits for its previous transition`);
+  }
+}
+
 /** The outbox entry of a transition: delivered after the unit that decided it commits. */
 interface AlertEntry {
   kind: 'alert';
@@ -117,7 +129,8 @@ interface AlertEntry {
  *   lifecycle (lifecycle.ts)  per dedup_key: a transition or nothing, written in the
  *                             caller's unit of work with an outbox entry (core/unit.ts)
  * then, from the outbox, once that unit committed (at once, or by the reconciler):
- *   overtaken                 a transition the incident has moved past is not sent
+ *   in order                  a transition waits until its incident's previous one was
+ *                             handed to the channels (marked `handed` with the jobs)
  *   route (route.ts)          per channel: enabled, resolve_messages, min_severity
  *   admit (admit.ts)          per channel, one atomic step: what the channel was told of
  *                             the incident; quiet window and rate limit for one new to it
@@ -222,11 +235,13 @@ export class Notifier {
       }
     }
     if (!channels) {
-      const cur = await this.store.get<Incident>(keys.incident(e.alert.dedup_key));
-      channels = cur && cur.seq !== e.alert.seq ? [] : await this.fanOut(e.alert, e.episode);
+      const handed = (await this.store.get<number>(keys.handed(e.alert.dedup_key))) ?? 0;
+      if (handed < e.alert.seq - 1) throw new Waiting(e.alert);
+      channels = handed >= e.alert.seq ? [] : await this.fanOut(e.alert, e.episode);
       if (channels.some((c) => c.outcome === 'error')) {
         throw new Error(`alert ${e.alert.dedup_key} not queued for every channel`);
       }
+      await this.store.set(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident);
     }
     if (this.outcomes.size > 1000) this.outcomes.clear();
     this.outcomes.set(`${e.alert.dedup_key}\n${e.alert.seq}`, channels);
@@ -256,8 +271,9 @@ export class Notifier {
         }),
       });
     }
-    const channels = await commit.run(keys.incident(alert.dedup_key), alert.seq, planned);
-    if (!channels) return [];
+    const channels = await commit.run(keys.handed(alert.dedup_key), alert.seq, TTL.incident, planned);
+    if (channels === 'waiting') throw new Waiting(alert);
+    if (channels === 'handed') return [];
     // The gates' answers are in the order of the routed channels.
     let n = 0;
     const gated = routes.map(([, filtered]) => (filtered === undefined ? channels[n++] : undefined));

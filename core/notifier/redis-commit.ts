@@ -32,14 +32,16 @@ export type CommitChannelResult =
 /** The fast path cannot run this commit (nothing was written that the classic path would not redo). */
 export class CommitUnsupported extends Error {}
 
-type CommitReply = [3] | [1, [number, string, number, number?, number?][]];
+type CommitReply = [3] | [1, [number, string, number, number?, number?][], number?];
 
-// KEYS[1] = the incident; ARGV[1] = the transition's seq, ARGV[2] = channels, ARGV[3] =
-// the gate's key count (its marks and one rate set per severity). Then per channel:
+// KEYS[1] = the incident's handed mark (the last seq handed to every channel); ARGV[1] =
+// the transition's seq, ARGV[2] = channels, ARGV[3] = the gate's key count (its marks and
+// one rate set per severity), ARGV[4] = the mark's ttl. Then per channel:
 // KEYS = the gate's keys, then per job the job's key and BullMQ's keys; ARGV = the gate's
 // 10 args, the number of jobs, then per job its state, BullMQ's key count and arg count,
-// and BullMQ's args. An incident that has moved past this transition answers {3}
-// (overtaken: its newer transition is delivered instead). Every gate runs first; a gate
+// and BullMQ's args. Transitions go out in their order: one whose predecessor was not
+// handed yet answers {3} (it waits in the outbox); one handed already answers {1, {}, 1}.
+// Every gate runs first; a gate
 // that answers a state no job was prepared for stops the script before any job is added
 // (the stage-by-stage path redoes it: the gates answer the same transition as they did).
 function commitScript(bullAdd: string): string {
@@ -47,12 +49,10 @@ function commitScript(bullAdd: string): string {
 local function bullAdd(KEYS, ARGV)
 ${bullAdd}
 end
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local ok, inc = pcall(cjson.decode, cur)
-  if ok and type(inc) == 'table' and tonumber(inc.seq) ~= tonumber(ARGV[1]) then return {3} end
-end
-local ki, ai, gk = 2, 4, tonumber(ARGV[3])
+local handed = tonumber(redis.call('GET', KEYS[1]) or '0')
+if handed >= tonumber(ARGV[1]) then return {1, {}, 1} end
+if handed < tonumber(ARGV[1]) - 1 then return {3} end
+local ki, ai, gk = 2, 5, tonumber(ARGV[3])
 local plan, out = {}, {}
 for c = 1, tonumber(ARGV[2]) do
   local g = admitStep({unpack(KEYS, ki, ki + gk - 1)}, {unpack(ARGV, ai, ai + 9)})
@@ -75,6 +75,7 @@ for c, pick in pairs(plan) do
   out[c][5] = pick[1]
   bullAdd(pick[3], pick[4])
 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 return {1, out}`;
 }
 
@@ -118,12 +119,18 @@ export class RedisCommit {
 
   /**
    * Runs the gates of a transition's channels and adds the admitted jobs in one script;
-   * undefined when the incident has moved past the transition (`seq`).
+   * 'waiting' when the incident's previous transition was not handed to the channels yet,
+   * 'handed' when this one was already.
    */
-  async run(key: string, seq: number, channels: CommitChannel[]): Promise<CommitChannelResult[] | undefined> {
+  async run(
+    handedKey: string,
+    seq: number,
+    ttlMs: number,
+    channels: CommitChannel[],
+  ): Promise<CommitChannelResult[] | 'waiting' | 'handed'> {
     const client = this.store.client as unknown as Client;
-    const ks: string[] = [this.store.redisKey(key)];
-    const args: (string | number | Buffer)[] = [seq, channels.length, 1 + SEVERITIES.length];
+    const ks: string[] = [this.store.redisKey(handedKey)];
+    const args: (string | number | Buffer)[] = [seq, channels.length, 1 + SEVERITIES.length, ttlMs];
     for (const c of channels) {
       const gate = this.store.admitCall(c.admit);
       if (gate.keys.length !== 1 + SEVERITIES.length || gate.args.length !== 10)
@@ -144,7 +151,8 @@ export class RedisCommit {
         throw new CommitUnsupported((err as Error).message);
       throw storeError(err);
     }
-    if (reply[0] !== 1) return undefined;
+    if (reply[0] === 3) return 'waiting';
+    if (reply[2] === 1) return 'handed';
     const out = reply[1] as [number, string, number, number?, number?][];
     return channels.map((c, i): CommitChannelResult => {
       const [ok, why, n, existed, pick] = out[i];

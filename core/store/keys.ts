@@ -29,6 +29,8 @@ export const keys = {
   /** The incidents opened on a channel, per severity rank (the rate limit counts them). */
   rate: (channel: string, rank: number) => `rl2:${channel}:${rank}`,
   sent: (channel: string, dedupKey: string) => `sent:${channel}:${dedupKey}`,
+  /** The last transition (seq) of an incident handed to every channel: the next waits for it. */
+  handed: (dedupKey: string) => `handed:${dedupKey}`,
   deliveries: 'deliveries',
   tree: (root: string) => `tree:${root}`,
   treePrefix: 'tree:',

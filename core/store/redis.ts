@@ -300,7 +300,7 @@ export class RedisStore implements Store, UnitBackend {
    */
   private readonly lastSeen = new Map<string, string | null>();
   /** The same for binary values (judge state): one round trip per event while this process owns the session. */
-  private readonly lastBytes = new Lru<string, Buffer>(5_000);
+  private readonly lastBytes = new Lru<string, Buffer | null>(5_000);
 
   /** The server this store talks to (a script touching other keys must run on the same one). */
   readonly url: string;
@@ -532,13 +532,13 @@ export class RedisStore implements Store, UnitBackend {
     return ok === 1;
   }
 
-  peekRaw(key: string, bytes: boolean, guess: boolean): Raw | undefined {
-    // A plain read goes to Redis: nothing checks it afterwards (a readout, the gate).
-    if (!guess) return undefined;
+  peekRaw(key: string, bytes: boolean): Raw | undefined {
+    // What this process last saw: the unit's commit checks it (a unit with a guess
+    // commits even when it writes nothing, so a stale one is judged again).
     const k = this.k(key);
     if (bytes) {
       const b = this.lastBytes.get(k);
-      return b === undefined ? undefined : new Uint8Array(b);
+      return b === undefined ? undefined : b === null ? null : new Uint8Array(b);
     }
     return this.lastSeen.has(k) ? (this.lastSeen.get(k) as string | null) : undefined;
   }
@@ -547,7 +547,8 @@ export class RedisStore implements Store, UnitBackend {
     const k = this.k(key);
     if (bytes) {
       const b = await this.client.getBuffer(k);
-      if (b) this.lastBytes.set(k, b);
+      // (an absent key is remembered too: most sessions have no state of some detectors)
+      this.lastBytes.set(k, b);
       return b === null ? null : new Uint8Array(b);
     }
     const s = await this.client.get(k);
@@ -611,7 +612,7 @@ export class RedisStore implements Store, UnitBackend {
       return { ok: false, repeat: true };
     }
     const bytesKeys = new Set<string>();
-    for (const [k, v] of plan.reads) if (v instanceof Uint8Array) bytesKeys.add(k);
+    for (const [k, v, bytes] of plan.reads) if (bytes || v instanceof Uint8Array) bytesKeys.add(k);
     for (const w of plan.writes) if (w.op === 'set' && typeof w.value !== 'string') bytesKeys.add(w.key);
     if (code === 0) {
       const bad = r[1] as (number | Buffer)[];
@@ -622,8 +623,7 @@ export class RedisStore implements Store, UnitBackend {
         const present = Number(bad[i + 1]) === 1;
         const b = bad[i + 2] as Buffer;
         if (bytesKeys.has(key)) {
-          if (present) this.lastBytes.set(k, b);
-          else this.lastBytes.delete(k);
+          this.lastBytes.set(k, present ? b : null);
           conflicts.push([key, present ? new Uint8Array(b) : null]);
         } else {
           const s = present ? b.toString() : null;
@@ -641,7 +641,7 @@ export class RedisStore implements Store, UnitBackend {
         if (typeof w.value === 'string') this.remember(k, w.value);
         else this.lastBytes.set(k, Buffer.from(w.value));
       } else if (w.op === 'del') {
-        this.lastBytes.delete(k);
+        this.lastBytes.set(k, null);
         this.remember(k, null);
       }
     }
