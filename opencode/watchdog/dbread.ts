@@ -174,7 +174,7 @@ function fileIdentity(path: string): DbCache['file'] {
 
 /**
  * Read the sessions active since `o.since` (and their descendants) from opencode.db,
- * read-only, in one read transaction (the sqlite3 command: replay/sqlite.ts); convert
+ * read-only, in one read transaction (the sqlite3 command: opencode/sqlite.ts); convert
  * and keep them per message.
  */
 export async function collectFromDb(path: string, o: DbCollectOptions): Promise<DbCollected> {
