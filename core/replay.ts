@@ -89,5 +89,5 @@ export function checkInput(i: ReplayInput): { field: string; message: string } |
 
 export const inputTs = (i: ReplayInput): number => (i.type === 'progress' ? i.event.ts : i.record.ts);
 
-/** Inputs in time order; the sort is stable, so a source's own order breaks ties. */
+/** Sorts inputs into time order, in place; the sort is stable, so a source's own order breaks ties. */
 export const byTime = (inputs: ReplayInput[]): ReplayInput[] => inputs.sort((a, b) => inputTs(a) - inputTs(b));

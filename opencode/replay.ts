@@ -40,50 +40,44 @@ export const opencodeDbReader: InputReader = {
   load: loadSqlite,
 };
 
-class Collect {
-  readonly out: LoadedInput;
-  private readonly all: ReplayInput[] = [];
-
-  constructor(
-    kind: string,
-    private readonly opts: LoadOptions,
-  ) {
-    this.out = { kind, inputs: [], issues: [], sessions: new Map() };
-  }
-
-  issue(where: string, field: string, message: string): void {
+/** A load in progress: issues reported as found, inputs checked against the wire schemas. */
+function collector(kind: string, opts: LoadOptions) {
+  const out: LoadedInput = { kind, inputs: [], issues: [], sessions: new Map() };
+  const all: ReplayInput[] = [];
+  const issue = (where: string, field: string, message: string): void => {
     const i: InputIssue = { where, field, message };
-    this.out.issues.push(i);
-    this.opts.onIssue?.(i);
-  }
-
-  /** One session's messages (the JSON array of `GET /session/{id}/message`) through the converter. */
-  session(s: OcSession, messages: unknown, file: string): void {
-    if (!Array.isArray(messages)) {
-      this.issue(file, '(file)', 'expected the JSON array of GET /session/{id}/message');
-      return;
-    }
-    const { inputs, issues } = sessionToInputs(s, messages);
-    for (const i of issues) this.issue(`${file} ${i.where}`, i.field, i.message);
-    inputs.forEach((i, j) => {
-      const bad = checkInput(i);
-      if (bad !== null) this.issue(`${file} input ${j}`, bad.field, bad.message);
-      else this.all.push(i);
-    });
-    if (!this.out.sessions.has(s.id)) {
-      const agent = s.agent ?? inputs.find((i) => i.type === 'request')?.record.agent;
-      this.out.sessions.set(s.id, { ...(agent ? { agent } : {}), ...(s.parentID ? { parent: s.parentID } : {}) });
-    }
-  }
-
-  finish(): LoadedInput {
-    this.out.inputs = byTime(this.all);
-    return this.out;
-  }
+    out.issues.push(i);
+    opts.onIssue?.(i);
+  };
+  return {
+    issue,
+    /** One session's messages (the JSON array of `GET /session/{id}/message`) through the converter. */
+    session(s: OcSession, messages: unknown, file: string): void {
+      if (!Array.isArray(messages)) {
+        issue(file, '(file)', 'expected the JSON array of GET /session/{id}/message');
+        return;
+      }
+      const { inputs, issues } = sessionToInputs(s, messages);
+      for (const i of issues) issue(`${file} ${i.where}`, i.field, i.message);
+      inputs.forEach((i, j) => {
+        const bad = checkInput(i);
+        if (bad !== null) issue(`${file} input ${j}`, bad.field, bad.message);
+        else all.push(i);
+      });
+      if (!out.sessions.has(s.id)) {
+        const agent = s.agent ?? inputs.find((i) => i.type === 'request')?.record.agent;
+        out.sessions.set(s.id, { ...(agent ? { agent } : {}), ...(s.parentID ? { parent: s.parentID } : {}) });
+      }
+    },
+    finish(): LoadedInput {
+      out.inputs = byTime(all);
+      return out;
+    },
+  };
 }
 
 async function loadFolder(dir: string, opts: LoadOptions): Promise<LoadedInput> {
-  const c = new Collect('folder', opts);
+  const c = collector('folder', opts);
   let list: unknown = [];
   const listFile = join(dir, 'session.json');
   if (existsSync(listFile)) {
@@ -170,7 +164,7 @@ export function dbMessage(
 }
 
 async function loadSqlite(path: string, opts: LoadOptions): Promise<LoadedInput> {
-  const c = new Collect('sqlite', opts);
+  const c = collector('sqlite', opts);
   // one read transaction through the sqlite3 command (sqlite.ts)
   const db = SqliteReader.open(path);
   try {
