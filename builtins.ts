@@ -4,6 +4,7 @@ import { twilioPlugin } from './channels/twilio/index.ts';
 import { webhookPlugin } from './channels/webhook/index.ts';
 import type { AgentInstaller } from './core/installer.ts';
 import { Registry } from './core/registry.ts';
+import type { InputReader } from './core/replay.ts';
 import type { SensorDescriptor } from './core/sensor.ts';
 import { behaviorBreakerPlugin } from './detectors/behavior-breaker/index.ts';
 import { moneyPlugin } from './detectors/money/index.ts';
@@ -14,14 +15,18 @@ import { autoLimitContextPlugin } from './modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from './modes/auto-recover/index.ts';
 import { warnPlugin } from './modes/warn/index.ts';
 import { opencodeInstaller } from './opencode/plugin/installer.ts';
+import { opencodeDbReader, opencodeExportReader } from './opencode/replay.ts';
 import { opencodeSensor } from './opencode/sensor.ts';
 import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
 import { claudeCodeSensor } from './sensors/claude-code/descriptor.ts';
 import { claudeCodeInstaller } from './sensors/claude-code/installer.ts';
+import { claudeCodeReader } from './sensors/claude-code/transcripts.ts';
 import { codexSensor } from './sensors/codex/descriptor.ts';
 import { codexInstaller } from './sensors/codex/installer.ts';
+import { codexReader } from './sensors/codex/replay.ts';
 import { geminiSensor } from './sensors/gemini/descriptor.ts';
 import { geminiInstaller } from './sensors/gemini/installer.ts';
+import { geminiReader } from './sensors/gemini/replay.ts';
 
 // The composition root: the one list of what ships with Vigil. The kernel (core/)
 // knows none of these; it drives whatever is registered here or loaded from the
@@ -60,3 +65,17 @@ export const installers: readonly AgentInstaller<any>[] = [
 
 /** What each sensor can carry out (core/sensor.ts), for the readouts. */
 export const sensors: readonly SensorDescriptor[] = [opencodeSensor, claudeCodeSensor, codexSensor, geminiSensor];
+
+/**
+ * The readers `vigil replay INPUT` asks, in order, for anything but the replay's own
+ * JSONL (core/replay.ts). A folder none of them claims is read as an opencode export,
+ * whose reader then names the session.json it misses.
+ */
+export const replayReaders: readonly InputReader[] = [
+  claudeCodeReader,
+  opencodeExportReader,
+  opencodeDbReader,
+  codexReader,
+  geminiReader,
+  { ...opencodeExportReader, claims: (p) => p.dir },
+];

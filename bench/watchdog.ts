@@ -19,8 +19,8 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
 import { loadConfig } from '../core/config.ts';
-import type { JudgeInput } from '../detectors/no-progress/judge.ts';
-import { loadInput } from '../detectors/no-progress/replay/inputs.ts';
+import type { ReplayInput } from '../core/replay.ts';
+import { opencodeDbReader } from '../opencode/replay.ts';
 import { judgeSessions, type LoadedSession } from '../opencode/watchdog/collect.ts';
 import { collectFromDb, type DbCache, dbCachePath, readDbCache, writeDbCache } from '../opencode/watchdog/dbread.ts';
 import { runTick, watchdogKnobs } from '../opencode/watchdog/tick.ts';
@@ -283,8 +283,8 @@ const cacheWrite = ms(t2);
 // before: the replay reader over the whole DB, grouped per session, then the judge
 async function wholeDb(path: string): Promise<number> {
   const t0 = performance.now();
-  const loaded = await loadInput(path);
-  const by = new Map<string, JudgeInput[]>();
+  const loaded = await opencodeDbReader.load(path, {});
+  const by = new Map<string, ReplayInput[]>();
   for (const i of loaded.inputs) {
     const id = i.type === 'progress' ? i.event.session_id : i.type === 'request' ? i.record.session_id : '';
     const list = by.get(id);

@@ -2,9 +2,11 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import cliProgress from 'cli-progress';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { z } from 'zod';
+import { replayReaders as readers } from '../builtins.ts';
+import type { InputIssue } from '../core/replay.ts';
 import type { VerdictLevel } from '../core/wire.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from '../detectors/no-progress/knobs.ts';
-import { detectKind, type InputIssue, loadInput } from '../detectors/no-progress/replay/inputs.ts';
+import { detectKind, loadInput } from '../detectors/no-progress/replay/inputs.ts';
 import {
   DEFAULT_SWEEP,
   type Labels,
@@ -16,13 +18,13 @@ import {
   type SweepRow,
   score,
 } from '../detectors/no-progress/replay/replay.ts';
-import { isClaudeTranscripts, loadClaudeTranscripts } from '../sensors/claude-code/transcripts.ts';
 import { type LedgerRun, renderLedgerReplay, replayLedger } from './ledger-replay.ts';
 import { table } from './remote.ts';
 
-// `vigil replay INPUT`: the presentation of a replay (the judge and the loaders live
-// with the detector). Times are shown beside event indexes: an index alone says
-// nothing to someone reading a night's log.
+// `vigil replay INPUT`: the presentation of a replay (the judge and the JSONL reader live
+// with the detector, the readers of the other formats with their sensors; builtins.ts
+// lists them). Times are shown beside event indexes: an index alone says nothing to
+// someone reading a night's log.
 //
 // Exit codes: 0 replayed; 1 replayed, but some input records were rejected (each named
 // on stderr); 2 nothing replayed (missing input, bad options, bad knobs or labels file).
@@ -79,12 +81,13 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
   if (a.ledger) return ledger(a, knobs, io, err);
 
   const st = statSync(a.input);
-  const jsonl = st.isFile() && detectKind(a.input) === 'jsonl';
+  const jsonl = st.isFile() && detectKind(a.input, readers) === 'jsonl';
   const big = st.isDirectory() || st.size > 5_000_000;
   // on a terminal, a bar for large inputs: lines of a JSONL file, or sessions loaded
   const bar = io.stderr.isTTY && big ? newBar(io.stderr, 'load', jsonl ? 'events' : 'sessions') : undefined;
   let started = false;
   const opts = {
+    readers,
     onIssue: (i: InputIssue) => err(`${i.where}: ${i.field}: ${i.message}`),
     onProgress: bar
       ? (done: number, total: number) => {
@@ -113,10 +116,7 @@ export async function replay(a: ReplayArgs, io: { stdout: Out; stderr: Out }): P
 
   let result: ReplayResult;
   try {
-    // Claude Code transcripts (a file, a project folder or ~/.claude/projects) go through its sensor's mapping.
-    const input = isClaudeTranscripts(a.input) ? loadClaudeTranscripts(a.input) : a.input;
-    if (typeof input !== 'string') for (const i of input.issues) opts.onIssue(i);
-    result = await runReplay(input, { knobs, ...opts });
+    result = await runReplay(a.input, { knobs, ...opts });
   } catch (e) {
     bar?.stop();
     err(`cannot read ${a.input}: ${(e as Error).message}`);
@@ -149,7 +149,7 @@ async function ledger(
 ): Promise<number> {
   let loaded: Awaited<ReturnType<typeof loadInput>>;
   try {
-    loaded = await loadInput(a.input, { onIssue: (i) => err(`${i.where}: ${i.field}: ${i.message}`) });
+    loaded = await loadInput(a.input, { readers, onIssue: (i) => err(`${i.where}: ${i.field}: ${i.message}`) });
   } catch (e) {
     err(`cannot read ${a.input}: ${(e as Error).message}`);
     return 2;

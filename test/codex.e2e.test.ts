@@ -4,6 +4,7 @@ import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { codexInstaller } from '../sensors/codex/installer.ts';
+import { codexReader } from '../sensors/codex/replay.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { CODEX_VERSION, type CodexLab, codexLab, needsCodex } from './helpers/codex.ts';
 import { testVigil } from './helpers/index.ts';
@@ -34,7 +35,9 @@ const vigilDenials = (lab: CodexLab) =>
 const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
 /** `vigil replay` over the lab's CODEX_HOME/sessions: the verdict per session. */
 const replayed = async (lab: CodexLab) =>
-  new Map((await runReplay(`${lab.codexHome}/sessions`, {})).sessions.map((x) => [x.session, x]));
+  new Map(
+    (await runReplay(`${lab.codexHome}/sessions`, { readers: [codexReader] })).sessions.map((x) => [x.session, x]),
+  );
 
 describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, () => {
   describe('warn', () => {

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
+import { geminiReader } from '../sensors/gemini/replay.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { GEMINI_VERSION, type GeminiLab, geminiLab, needsGemini } from './helpers/gemini.ts';
 import { testVigil } from './helpers/index.ts';
@@ -41,7 +42,9 @@ const vigilDenials = (lab: GeminiLab) =>
 const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
 /** `vigil replay` over the lab's chat files: the verdict per session. */
 const replayed = async (lab: GeminiLab) =>
-  new Map((await runReplay(`${lab.home}/.gemini/tmp`, {})).sessions.map((x) => [x.session, x]));
+  new Map(
+    (await runReplay(`${lab.home}/.gemini/tmp`, { readers: [geminiReader] })).sessions.map((x) => [x.session, x]),
+  );
 
 describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`, () => {
   describe('warn', () => {

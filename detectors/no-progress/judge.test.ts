@@ -3,9 +3,8 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type ProgressEvent, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
-import { sha256Hex } from '../../opencode/normalize.ts';
 import { generateCalibration, rng } from '../../test/fixtures/calibration.ts';
-import { landing, replay as replayWith, request, tool, turn as turnWith } from './fixtures/inputs.ts';
+import { landing, replay as replayWith, request, sha256Hex, tool, turn as turnWith } from './fixtures/inputs.ts';
 import {
   ancestorsOf,
   applyRollUps,

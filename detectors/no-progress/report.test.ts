@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ToolEvent } from '../../core/wire.ts';
-import { sha256Hex } from '../../opencode/normalize.ts';
 import { generateCalibration } from '../../test/fixtures/calibration.ts';
+import { sha256Hex } from './fixtures/inputs.ts';
 import { newSessionState, onProgress, onRequest, type SessionState, Tracker } from './judge.ts';
 import { defaultKnobs } from './knobs.ts';
 import { buildReport, dominantCause, formatTokens, summaryLine } from './report.ts';

@@ -1,5 +1,6 @@
 import type { OpencodeClient } from '@opencode-ai/sdk/v2';
 import { z } from 'zod';
+import type { ReplayInput } from '../../core/replay.ts';
 import { IdSchema, type ToolEvent, type Verdict } from '../../core/wire.ts';
 import { type JudgeInput, Tracker } from '../../detectors/no-progress/judge.ts';
 import type { NoProgressKnobs } from '../../detectors/no-progress/knobs.ts';
@@ -74,7 +75,7 @@ export interface LoadedSession {
   /** Updated since the window start: judged and reported. The rest are loaded for roll-up only. */
   active: boolean;
   updated: number;
-  inputs: JudgeInput[];
+  inputs: ReplayInput[];
   /** Its bulk (messages, bytes, newest model-side write) for session hygiene; read for active sessions. */
   bulk?: SessionBulk;
 }

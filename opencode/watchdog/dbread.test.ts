@@ -3,13 +3,13 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../core/logger.ts';
-import type { JudgeInput } from '../../detectors/no-progress/judge.ts';
+import type { ReplayInput } from '../../core/replay.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from '../../detectors/no-progress/knobs.ts';
-import { loadInput } from '../../detectors/no-progress/replay/inputs.ts';
-import { lit } from '../../detectors/no-progress/replay/sqlite.ts';
 import { needsSqlite3 } from '../../test/helpers/external.ts';
 import { tempDir } from '../../test/helpers/index.ts';
 import { type ListedMessage, OcDb } from '../../test/helpers/opencode-db.ts';
+import { opencodeDbReader } from '../replay.ts';
+import { lit } from '../sqlite.ts';
 import { judgeSessions, type LoadedSession } from './collect.ts';
 import { collectFromDb, type DbCache, type DbCollected, dbCachePath, readDbCache } from './dbread.ts';
 
@@ -136,7 +136,7 @@ afterEach(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
+const tsOf = (i: ReplayInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
 
 /** What the fallback did before: the replay reader over the whole DB, grouped per session, the same active rule. */
 async function wholeHistory(): Promise<LoadedSession[]> {
@@ -144,8 +144,8 @@ async function wholeHistory(): Promise<LoadedSession[]> {
     `SELECT id, time_updated FROM session WHERE time_updated >= ${lit(SINCE)} ORDER BY time_updated DESC LIMIT 51`,
   );
   const updated = new Map(rows.map((r) => [r.id, r.time_updated]));
-  const loaded = await loadInput(path);
-  const by = new Map<string, JudgeInput[]>();
+  const loaded = await opencodeDbReader.load(path, {});
+  const by = new Map<string, ReplayInput[]>();
   for (const i of loaded.inputs) {
     const id = i.type === 'progress' ? i.event.session_id : i.type === 'request' ? i.record.session_id : '';
     by.set(id, [...(by.get(id) ?? []), i]);

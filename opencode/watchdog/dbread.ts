@@ -2,9 +2,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSyn
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { type Logger, silentLogger } from '../../core/logger.ts';
-import type { JudgeInput } from '../../detectors/no-progress/judge.ts';
-import { checkInput, type DbMessageRow, type DbPartRow, dbMessage } from '../../detectors/no-progress/replay/inputs.ts';
-import { lit, SqliteReader } from '../../detectors/no-progress/replay/sqlite.ts';
+import { byTime, checkInput, type ReplayInput } from '../../core/replay.ts';
 import {
   type ConvertCursor,
   type ConvertedInput,
@@ -14,6 +12,8 @@ import {
   type OcSession,
   type SessionBulk,
 } from '../convert.ts';
+import { type DbMessageRow, type DbPartRow, dbMessage } from '../replay.ts';
+import { lit, SqliteReader } from '../sqlite.ts';
 import type { Collected, CollectOptions, LoadedSession } from './collect.ts';
 import { issueText, short } from './discover.ts';
 
@@ -59,7 +59,7 @@ const MarkSchema = z.object({
 });
 type Mark = z.output<typeof MarkSchema>;
 
-const isInput = (v: unknown): v is JudgeInput =>
+const isInput = (v: unknown): v is ReplayInput =>
   v !== null &&
   typeof v === 'object' &&
   (((v as { type?: unknown }).type === 'progress' && typeof (v as { event?: unknown }).event === 'object') ||
@@ -76,7 +76,7 @@ const CachedMessageSchema = z.object({
   /** inputs converted, rejected ones included (issue locations count them) */
   n: z.number().int().min(0),
   /** the inputs that passed the wire schemas */
-  in: z.array(z.custom<JudgeInput>(isInput)),
+  in: z.array(z.custom<ReplayInput>(isInput)),
   /** converter issues, as issue lines */
   ci: z.array(z.string()).optional(),
   /** inputs the wire schemas rejected, as issue lines */
@@ -174,7 +174,7 @@ function fileIdentity(path: string): DbCache['file'] {
 
 /**
  * Read the sessions active since `o.since` (and their descendants) from opencode.db,
- * read-only, in one read transaction (the sqlite3 command: replay/sqlite.ts); convert
+ * read-only, in one read transaction (the sqlite3 command: opencode/sqlite.ts); convert
  * and keep them per message.
  */
 export async function collectFromDb(path: string, o: DbCollectOptions): Promise<DbCollected> {
@@ -553,13 +553,11 @@ function newestWrite(msg: ReturnType<typeof dbMessage>, parts: readonly PartRow[
 
 const sameList = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, k) => x === b[k]);
 
-const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
-
 function loadedOf(row: SessionRow, s: CachedSession, active: boolean, updated: number, bulk: boolean): LoadedSession {
-  const inputs: JudgeInput[] = [];
+  const inputs: ReplayInput[] = [];
   for (const m of s.msgs) for (const i of m.in) inputs.push(i);
   // stable: inputs of one time keep the converter's order
-  inputs.sort((a, b) => tsOf(a) - tsOf(b));
+  byTime(inputs);
   // as the replay reader: the session row's agent, else its first request's
   const agent = row.agent || s.msgs.find((m) => m.ra !== undefined)?.ra;
   let b: SessionBulk | undefined;

@@ -1,7 +1,7 @@
 import { closeSync, type Dirent, existsSync, fstatSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import type { ReplayInput } from '../../core/replay.ts';
 import { IdSchema } from '../../core/wire.ts';
-import type { JudgeInput } from '../../detectors/no-progress/judge.ts';
 import { transcriptInputs } from '../../sensors/claude-code/transcripts.ts';
 import { rolloutSession } from '../../sensors/codex/replay.ts';
 import { chatSession } from '../../sensors/gemini/replay.ts';
@@ -28,11 +28,11 @@ export interface TranscriptAgent {
   /** Whether a file (path relative to root, split) is one of its transcripts; the parent session if it says. */
   match: (parts: string[]) => { parent?: string } | undefined;
   /** The file's judge inputs, through the sensor's mapping; undefined when it is not a transcript. */
-  load: (f: Found, text: string) => JudgeInput[] | undefined;
+  load: (f: Found, text: string) => ReplayInput[] | undefined;
 }
 
 const UUID = /^[0-9a-f-]{36}$/;
-const progress = (events: { ts: number }[]) => events.map((e) => ({ type: 'progress', event: e }) as JudgeInput);
+const progress = (events: { ts: number }[]) => events.map((e) => ({ type: 'progress', event: e }) as ReplayInput);
 
 /** The per-agent list. Depths follow each agent's layout (docs/claude-code.md, codex.md, gemini.md). */
 export const TRANSCRIPT_AGENTS: readonly TranscriptAgent[] = [
@@ -133,7 +133,7 @@ export interface TranscriptRead {
 }
 
 /** One file's inputs, one LoadedSession per session they name (a file can hold a subagent). */
-function sessionsOf(inputs: JudgeInput[], updated: number): LoadedSession[] {
+function sessionsOf(inputs: ReplayInput[], updated: number): LoadedSession[] {
   const by = new Map<string, LoadedSession>();
   for (const i of inputs) {
     if (i.type !== 'progress') continue;

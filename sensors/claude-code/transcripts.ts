@@ -1,7 +1,13 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import type { JudgeInput } from '../../detectors/no-progress/judge/state.ts';
-import type { LoadedInput, SessionInfo } from '../../detectors/no-progress/replay/inputs.ts';
+import {
+  byTime,
+  type InputIssue,
+  type InputReader,
+  type InputSessionInfo,
+  type LoadedInput,
+  type ReplayInput,
+} from '../../core/replay.ts';
 import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
 import { sessionKey } from './identity.ts';
 import { assistantEvents, type ToolPayload, toolEvent } from './map.ts';
@@ -72,11 +78,11 @@ const textOf = (c: unknown): string =>
 export function transcriptInputs(
   file: string,
   trackers: Map<string, LandedTracker>,
-  issues: LoadedInput['issues'],
+  issues: InputIssue[],
   text: string = readFileSync(file, 'utf8'),
-): JudgeInput[] {
+): ReplayInput[] {
   const uses = new Map<string, { name: string; input: unknown }>();
-  const out: JudgeInput[] = [];
+  const out: ReplayInput[] = [];
   let ids: { session_id: string; agent_id?: string; agent_type?: string } | undefined;
   const agentType = (agent: string) => {
     try {
@@ -140,10 +146,10 @@ export function transcriptInputs(
 
 /** Every transcript under PATH (a file, a project folder, or ~/.claude/projects), merged by time. */
 export function loadClaudeTranscripts(path: string): LoadedInput {
-  const issues: LoadedInput['issues'] = [];
+  const issues: InputIssue[] = [];
   const trackers = new Map<string, LandedTracker>();
-  const all: JudgeInput[] = [];
-  const sessions = new Map<string, SessionInfo>();
+  const all: ReplayInput[] = [];
+  const sessions = new Map<string, InputSessionInfo>();
   for (const f of transcriptFiles(path)) {
     for (const i of transcriptInputs(f, trackers, issues)) {
       all.push(i);
@@ -158,11 +164,16 @@ export function loadClaudeTranscripts(path: string): LoadedInput {
       }
     }
   }
-  const tsOf = (i: JudgeInput) => (i.type === 'progress' ? i.event.ts : i.type === 'request' ? i.record.ts : 0);
-  // stable: a file's own order breaks ties
-  const inputs = all
-    .map((i, k) => ({ i, k }))
-    .sort((a, b) => tsOf(a.i) - tsOf(b.i) || a.k - b.k)
-    .map((x) => x.i);
-  return { kind: 'folder', inputs, issues, sessions };
+  return { kind: 'claude-code', inputs: byTime(all), issues, sessions };
 }
+
+/** `vigil replay` of Claude Code transcripts. */
+export const claudeCodeReader: InputReader = {
+  kind: 'claude-code',
+  claims: (p) => isClaudeTranscripts(p.path),
+  load(path, opts) {
+    const loaded = loadClaudeTranscripts(path);
+    for (const i of loaded.issues) opts.onIssue?.(i);
+    return loaded;
+  },
+};

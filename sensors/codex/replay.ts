@@ -1,3 +1,6 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { byTime, type InputReader, type LoadedInput, type ReplayInput } from '../../core/replay.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
 import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
 import { readRollout, toolEvent } from './map.ts';
@@ -66,3 +69,45 @@ export function rolloutSession(text: string): RolloutSession | undefined {
     events,
   };
 }
+
+/** The Codex rollout files under `dir`, any depth. */
+function rolloutFiles(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string, depth: number) => {
+    if (depth > 5) return;
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(d, e.name), depth + 1);
+      else if (/^rollout-.*\.jsonl$/.test(e.name)) out.push(join(d, e.name));
+    }
+  };
+  walk(dir, 0);
+  return out.sort();
+}
+
+/** `vigil replay` of one rollout, or a folder holding them (CODEX_HOME/sessions): merged by time. */
+export const codexReader: InputReader = {
+  kind: 'codex',
+  claims: (p) => (p.dir ? rolloutFiles(p.path).length > 0 : isRollout(p.head)),
+  load(path, opts): LoadedInput {
+    const out: LoadedInput = { kind: 'codex', inputs: [], issues: [], sessions: new Map() };
+    const all: ReplayInput[] = [];
+    const files = statSync(path).isDirectory() ? rolloutFiles(path) : [path];
+    files.forEach((f, n) => {
+      const s = rolloutSession(readFileSync(f, 'utf8'));
+      if (!s) {
+        const i = { where: f, field: 'session_meta', message: 'not a Codex rollout (no session_meta first)' };
+        out.issues.push(i);
+        opts.onIssue?.(i);
+        return;
+      }
+      out.sessions.set(s.session, {
+        ...(s.agent ? { agent: s.agent } : {}),
+        ...(s.parent ? { parent: s.parent } : {}),
+      });
+      for (const e of s.events) all.push({ type: 'progress', event: e });
+      opts.onProgress?.(n + 1, files.length);
+    });
+    out.inputs = byTime(all);
+    return out;
+  },
+};

@@ -1,3 +1,6 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { byTime, type InputReader, type LoadedInput, type ReplayInput } from '../../core/replay.ts';
 import type { AssistantEvent, ProgressEvent } from '../../core/wire.ts';
 import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
 import { textFingerprint } from '../shared/normalize.ts';
@@ -129,3 +132,43 @@ export function chatSession(text: string, parent?: string): ChatSession | undefi
   events.sort((a, b) => a.ts - b.ts);
   return { session, ...(who.parent_session_id ? { parent: who.parent_session_id } : {}), events };
 }
+
+/** Gemini CLI chat files under `dir` (a main session's, and subagents' in a folder named by their parent). */
+function chatFiles(dir: string): { file: string; parent?: string }[] {
+  const out: { file: string; parent?: string }[] = [];
+  const walk = (d: string, depth: number, parent?: string) => {
+    if (depth > 4) return;
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(d, e.name), depth + 1, /^[0-9a-f-]{36}$/.test(e.name) ? e.name : undefined);
+      else if (e.name.endsWith('.jsonl') && (parent || /^session-.*\.jsonl$/.test(e.name)))
+        out.push({ file: join(d, e.name), ...(parent ? { parent } : {}) });
+    }
+  };
+  walk(dir, 0);
+  return out.sort((a, b) => a.file.localeCompare(b.file));
+}
+
+/** `vigil replay` of one chat file, or a folder holding them (a project's chats/, ~/.gemini/tmp): merged by time. */
+export const geminiReader: InputReader = {
+  kind: 'gemini',
+  claims: (p) => (p.dir ? chatFiles(p.path).length > 0 : isChat(p.head)),
+  load(path, opts): LoadedInput {
+    const out: LoadedInput = { kind: 'gemini', inputs: [], issues: [], sessions: new Map() };
+    const all: ReplayInput[] = [];
+    const files = statSync(path).isDirectory() ? chatFiles(path) : [{ file: path }];
+    files.forEach((f, n) => {
+      const s = chatSession(readFileSync(f.file, 'utf8'), f.parent);
+      if (!s) {
+        const i = { where: f.file, field: 'sessionId', message: 'not a Gemini CLI chat file (no header line)' };
+        out.issues.push(i);
+        opts.onIssue?.(i);
+        return;
+      }
+      out.sessions.set(s.session, s.parent ? { parent: s.parent } : {});
+      for (const e of s.events) all.push({ type: 'progress', event: e });
+      opts.onProgress?.(n + 1, files.length);
+    });
+    out.inputs = byTime(all);
+    return out;
+  },
+};

@@ -1,4 +1,5 @@
-import type { ProgressEvent, RequestRecord, VerdictLevel } from '../../../core/wire.ts';
+import type { ReplayInput } from '../../../core/replay.ts';
+import type { VerdictLevel } from '../../../core/wire.ts';
 import type { NoProgressKnobs } from '../knobs.ts';
 
 // The no-progress judge: a pure function of (session state, input, knobs) -> (state,
@@ -119,10 +120,8 @@ export interface RollUp {
   tokens: number;
 }
 
-export type JudgeInput =
-  | { type: 'progress'; event: ProgressEvent }
-  | { type: 'request'; record: RequestRecord }
-  | { type: 'rollup'; rollup: RollUp };
+/** A recorded input (core/replay.ts: what the service, the watchdog and the readers hand over) or a child's roll-up. */
+export type JudgeInput = ReplayInput | { type: 'rollup'; rollup: RollUp };
 
 export class SessionState {
   /** Window capacity, fixed at creation (knobs.window then). */

@@ -1,5 +1,5 @@
+import type { ReplayInput } from '../../../core/replay.ts';
 import type { MarkerEvent, RequestRecord, ToolEvent } from '../../../core/wire.ts';
-import type { JudgeInput } from '../judge.ts';
 
 // A fast path for the JSONL lines replay meets by the million: tool events, markers and
 // request records whose every field is plainly valid. It checks exactly what the wire
@@ -136,7 +136,7 @@ function request(o: Record<string, unknown>): RequestRecord | undefined {
  * A parsed JSONL object (with its `type`, if any) -> the judge input, when every field is
  * plainly valid; undefined means "ask zod".
  */
-export function fastInput(o: Record<string, unknown>): JudgeInput | undefined {
+export function fastInput(o: Record<string, unknown>): ReplayInput | undefined {
   const type = o.type;
   if (type === 'request' || (type === undefined && 'request_id' in o)) {
     const record = request(o);

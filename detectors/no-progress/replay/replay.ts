@@ -1,8 +1,9 @@
 import { z } from 'zod';
+import type { InputIssue, InputReader, InputSessionInfo, LoadedInput } from '../../../core/replay.ts';
 import type { VerdictLevel } from '../../../core/wire.ts';
 import { type JudgeInput, LEVELS, Tracker, verdictOf } from '../judge.ts';
 import { type NoProgressKnobs, NoProgressKnobsSchema } from '../knobs.ts';
-import { eachInput, type InputIssue, type LoadedInput, type SessionInfo } from './inputs.ts';
+import { eachInput } from './inputs.ts';
 
 // `vigil replay INPUT`: run the no-progress judge (the same code as the service and the
 // watchdog) over recorded history and report, per session, the verdict timeline and
@@ -53,11 +54,13 @@ export interface ReplayResult {
 
 export interface ReplayOptions {
   knobs?: NoProgressKnobs;
+  /** Readers of the formats other than JSONL (core/replay.ts), asked in order. */
+  readers?: readonly InputReader[];
   onIssue?: (i: InputIssue) => void;
   onProgress?: (done: number, total: number) => void;
 }
 
-/** Replay INPUT (JSONL file, opencode export folder or opencode.db, or inputs already loaded). */
+/** Replay INPUT (a JSONL file, a path one of `opts.readers` claims, or inputs already loaded). */
 export async function runReplay(input: string | LoadedInput, opts: ReplayOptions = {}): Promise<ReplayResult> {
   const knobs = opts.knobs ?? NoProgressKnobsSchema.parse({});
   const r = await replayInput(input, [knobs], opts);
@@ -81,9 +84,9 @@ export async function replayInput(
     : (i: JudgeInput) => {
         for (const r of runs) r.apply(i);
       };
-  let src: Omit<ReplayResult, 'sessions'> & { sessions: Map<string, SessionInfo> };
+  let src: Omit<ReplayResult, 'sessions'> & { sessions: Map<string, InputSessionInfo> };
   if (typeof input === 'string') {
-    src = await eachInput(input, each, { onIssue: opts.onIssue, onProgress: opts.onProgress });
+    src = await eachInput(input, each, { readers: opts.readers, onIssue: opts.onIssue, onProgress: opts.onProgress });
   } else {
     for (const i of input.inputs) each(i);
     src = {
@@ -151,7 +154,7 @@ export class ReplayRun {
   }
 
   /** Per session in order of first appearance; `info` is what the source says about sessions. */
-  results(info: ReadonlyMap<string, SessionInfo>): SessionResult[] {
+  results(info: ReadonlyMap<string, InputSessionInfo>): SessionResult[] {
     const sessions: SessionResult[] = [];
     for (const a of this.acc.values()) {
       const s = this.tracker.state(a.session);

@@ -2,12 +2,12 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { needsSqlite3 } from '../../../test/helpers/external.ts';
-import { tempDir } from '../../../test/helpers/index.ts';
+import { needsSqlite3 } from '../test/helpers/external.ts';
+import { tempDir } from '../test/helpers/index.ts';
 import { lit, SqliteReader } from './sqlite.ts';
 
 const SQLITE3 = needsSqlite3(import.meta.filename);
-const EXPORT_DB = join(import.meta.dirname, '../../../test/fixtures/opencode-export/opencode.db');
+const EXPORT_DB = join(import.meta.dirname, '../test/fixtures/opencode-export/opencode.db');
 
 describe.runIf(SQLITE3)('opencode.db through the sqlite3 command', () => {
   const open: SqliteReader[] = [];
