@@ -21,7 +21,8 @@ import { WebhookReceiver, webhookChannel, webhookSecret } from './helpers/webhoo
 // missing from it, and no retry could bring it back: the session's verdict no longer
 // changes) and that verdict in the readout. Duplicates are deliveries of a transition
 // already received; each must carry the same webhook-id (receivers dedupe on it), and
-// there may be at most one per fault (the outage, the kill).
+// there may be at most one per fault (the outage, the kill). And every session's readout
+// counts the reference's calls: an input is judged once, retried or not.
 
 const OWN_REDIS = needsRedisServer(import.meta.filename);
 const SECRET = webhookSecret();
@@ -125,12 +126,16 @@ describe.runIf(OWN_REDIS)('kill -9 of vigil serve during a Redis outage', () => 
     await sleep(1_000); // a late duplicate would come now
     const readout = await rows(svc);
     const verdicts = sessions.map((s) => readout.find((r) => r.session === s)?.verdict);
+    // Judged once each: an input retried after its answer was lost is not counted again.
+    const calls = sessions.map((s) => readout.find((r) => r.session === s)?.calls);
+    const refCalls = readout.find((r) => r.session === ref)?.calls;
     const t = receiver.tally();
     console.log(
-      `kill during outage: ${sessions.length} sessions (${total} events, ${refused} refused and resent), expected per session [${expected}], ${sessions.length - missing().length} complete, ${t.duplicates} duplicate(s), readout ${verdicts.filter((v) => v === refVerdict).length} ${refVerdict}`,
+      `kill during outage: ${sessions.length} sessions (${total} events, ${refused} refused and resent), expected per session [${expected}], ${sessions.length - missing().length} complete, ${t.duplicates} duplicate(s), readout ${verdicts.filter((v) => v === refVerdict).length} ${refVerdict}, ${calls.filter((c) => c === refCalls).length} with the reference's ${refCalls} calls`,
     );
     expect(missing()).toEqual([]);
     expect(verdicts).toEqual(sessions.map(() => refVerdict));
+    expect(calls).toEqual(sessions.map(() => refCalls));
     expect(t.ids).toBe(true);
     expect(t.duplicates).toBeLessThanOrEqual(2);
   }, 180_000);
