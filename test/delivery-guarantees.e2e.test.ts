@@ -1,16 +1,15 @@
-import { randomBytes } from 'node:crypto';
-import { createWriteStream, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import { createWriteStream } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../core/logger.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { type App, buildServer } from '../service/server.ts';
-import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
+import { http, sleep, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
 import { needsRedisServer } from './helpers/external.ts';
-import { tempDir, testVigil } from './helpers/index.ts';
+import { testVigil } from './helpers/index.ts';
 import { TestRedis } from './helpers/redis-server.ts';
+import { crash, postUntilAccepted, type Served, vigilServe } from './helpers/serve.ts';
+import { WebhookReceiver as Receiver, webhookChannel, webhookSecret } from './helpers/webhook-receiver.ts';
 
 // What an SRE checks before trusting a pager: pages survive a receiver that is down for
 // a minute, a provider's Retry-After, a clean stop and a crash of the service, and a
@@ -18,82 +17,9 @@ import { TestRedis } from './helpers/redis-server.ts';
 // retries its 5xx. Each transition is counted at a local webhook receiver by its
 // identity (dedup_key, state, seq; the webhook-id header is derived from it).
 
-const ROOT = resolve(import.meta.dirname, '..');
 /** The cases that start a redis-server of their own skip without one. */
 const OWN_REDIS = needsRedisServer(import.meta.filename);
-const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
-
-interface Got {
-  id: string;
-  key: string;
-  at: number;
-}
-
-/** A webhook receiver that can go away (connection refused), answer slowly, or answer 429 first. */
-class Receiver {
-  readonly got: Got[] = [];
-  port = 0;
-  delayMs = 0;
-  script: { status: number; headers?: Record<string, string> }[] = [];
-  private server: Server | undefined;
-
-  async start(port = 0): Promise<void> {
-    this.server = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        const next = this.script.shift();
-        const reply = () => {
-          if (next) return res.writeHead(next.status, next.headers ?? {}).end();
-          const d = JSON.parse(Buffer.concat(chunks).toString('utf8')).data;
-          this.got.push({
-            id: String(req.headers['webhook-id']),
-            key: `${d.dedup_key}/${d.state}/${d.seq}`,
-            at: Date.now(),
-          });
-          res.writeHead(204).end();
-        };
-        if (this.delayMs) setTimeout(reply, this.delayMs);
-        else reply();
-      });
-    });
-    await new Promise<void>((r) => this.server!.listen(port, '127.0.0.1', r));
-    this.port = (this.server.address() as AddressInfo).port;
-  }
-
-  async stop(): Promise<void> {
-    const s = this.server;
-    if (!s) return;
-    s.closeAllConnections();
-    await new Promise<void>((r) => s.close(() => r()));
-    this.server = undefined;
-  }
-
-  /** Distinct transitions received, and how many arrived more than once. */
-  tally(): { distinct: number; duplicates: number; ids: boolean } {
-    const seen = new Map<string, string>();
-    let duplicates = 0;
-    let ids = true;
-    for (const g of this.got) {
-      const id = seen.get(g.key);
-      if (id !== undefined) {
-        duplicates++;
-        if (id !== g.id) ids = false;
-      } else seen.set(g.key, g.id);
-    }
-    return { distinct: seen.size, duplicates, ids };
-  }
-}
-
-const channel = (port: number) => ({
-  name: 'hook',
-  type: 'webhook',
-  url: `http://127.0.0.1:${port}/hook`,
-  secret_env: 'HOOK_SECRET',
-  min_severity: 'info',
-  quiet_window: 0,
-  rate_limit: { max: 100_000, window: '1m' },
-});
+const SECRET = webhookSecret();
 
 const verdict = (session: string, level: 'looping' | 'ok') => ({
   session_id: session,
@@ -115,7 +41,7 @@ async function service(receiver: Receiver, o: { redis?: string; notifications?: 
       : undefined,
     backend: o.redis ? 'redis' : 'memory',
     env: { HOOK_SECRET: SECRET },
-    channels: [channel(receiver.port)],
+    channels: [webhookChannel(receiver.port)],
     notifications: { max_attempts: 0, ...(o.notifications ?? {}) },
     overlay: {
       ...(o.redis ? { store: { backend: 'redis', redis_url: o.redis, key_prefix: `dg${Date.now()}` } } : {}),
@@ -164,48 +90,15 @@ describe('delivery guarantees', () => {
   }, 30_000);
 
   describe('a stop of vigil serve with alerts queued', () => {
-    async function serve(
-      r: Receiver,
-      env: NodeJS.ProcessEnv,
-      notifications: string[] = [],
-    ): Promise<{ proc: Proc; url: string }> {
-      const port = await freePort();
-      const dir = tempDir('vigil-stop');
-      const file = join(dir, 'vigil.yaml');
-      writeFileSync(
-        file,
-        [
-          'notifications:',
-          '  max_attempts: 0',
-          ...notifications.map((l) => `  ${l}`),
-          '  channels:',
-          '    - name: hook',
-          '      type: webhook',
-          `      url: http://127.0.0.1:${r.port}/hook`,
-          '      secret_env: HOOK_SECRET',
-          '      min_severity: info',
-          '      quiet_window: 0s',
-          '      rate_limit: { max: 100000, window: 1m }',
-          'server:',
-          '  rate_limit: { max: 1000000, window: 1m }',
-        ].join('\n'),
-      );
-      const proc = startProc(
-        'vigil-stop',
-        process.execPath,
-        ['bin/vigil.mjs', 'serve', '--port', String(port), '--config', file],
-        {
-          cwd: ROOT,
-          env: { PATH: process.env.PATH, HOOK_SECRET: SECRET, VIGIL_LOG_LEVEL: 'warn', ...env },
-          logDir: dir,
+    const serve = (r: Receiver, env: NodeJS.ProcessEnv, notifications: Record<string, unknown> = {}): Promise<Served> =>
+      vigilServe({
+        name: 'vigil-stop',
+        config: {
+          notifications: { max_attempts: 0, ...notifications, channels: [webhookChannel(r.port)] },
+          server: { rate_limit: { max: 1_000_000, window: '1m' } },
         },
-      );
-      const url = `http://127.0.0.1:${port}`;
-      await until('vigil serve', async () => (await http('GET', `${url}/health`)).status === 200 || undefined, {
-        detail: () => proc.output(),
+        env: { HOOK_SECRET: SECRET, ...env },
       });
-      return { proc, url };
-    }
 
     it('memory backend, SIGTERM: the queue drains before the process exits', async () => {
       const r = new Receiver();
@@ -229,11 +122,10 @@ describe('delivery guarantees', () => {
       r.delayMs = 300;
       const env = { REDIS_URL: redis.url };
       // A dead worker's job is taken over after its lock expires.
-      const lock = ['lock_duration: 2s', 'stalled_interval: 1s'];
+      const lock = { lock_duration: '2s', stalled_interval: '1s' };
       const first = await serve(r, env, lock);
       for (let i = 0; i < 20; i++) await http('POST', `${first.url}/verdicts`, verdict(`ses_kill${i}`, 'looping'));
-      first.proc.child.kill('SIGKILL');
-      await first.proc.exited;
+      await crash(first);
       const before = r.tally().distinct;
       const second = await serve(r, env, lock);
       cleanups.push(() => stopProc(second.proc));
@@ -262,14 +154,12 @@ describe('delivery guarantees', () => {
     const { url } = svc;
     // A client posts until it gets a 2xx: what the plugin and the watchdog do.
     let retries = 0;
-    const post = async (body: unknown) => {
-      for (;;) {
-        const res = await http('POST', `${url}/verdicts`, body, 5_000).catch(() => ({ status: 0 }));
-        if (res.status === 202) return;
-        retries++;
-        await sleep(100);
-      }
-    };
+    const post = (body: unknown) =>
+      postUntilAccepted(`${url}/verdicts`, body, {
+        onRetry: () => {
+          retries++;
+        },
+      });
     const CLIENTS = 4;
     const SESSIONS = 20;
     let posted = 0;
