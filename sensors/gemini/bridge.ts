@@ -1,7 +1,14 @@
-import { z } from 'zod';
+import { z } from 'zod/mini';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { clientSettings, HOOK_VERSION, VigilClient } from '../claude-code/client.ts';
-import { exchange, loadState, saveState, stateFile } from '../shared/hook-io.ts';
+import {
+  type HookResult,
+  loadState,
+  payloadOf,
+  reply,
+  saveState,
+  stateFile,
+  TrackersSchema,
+} from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
@@ -13,22 +20,17 @@ import { childName, HookPayloadSchema, promptEvent, ToolPayloadSchema, toolEvent
 // payload it does not understand, Vigil down or slow (VIGIL_HOOK_TIMEOUT_MS per
 // request) -> no output, exit 0, Gemini goes on.
 
-export const HOOK_ID = `vigil-${SENSOR_NAME}/${HOOK_VERSION}`;
-
+const Count = z._default(z.number().check(z.int(), z.minimum(0)), 0);
 const StateSchema = z.object({
-  trackers: z.record(z.string(), z.object({ failing: z.array(z.string()).max(64) })).default({}),
+  trackers: TrackersSchema,
   /** Calls and turns seen (Gemini gives calls no id): the next call id. */
-  n: z.number().int().min(0).default(0),
-  turns: z.number().int().min(0).default(0),
+  n: Count,
+  turns: Count,
   /** The subagent running now (between the parent's invoke_agent BeforeTool and AfterTool). */
-  child: z.object({ id: z.string(), agent: z.string() }).nullable().default(null),
-  children: z.number().int().min(0).default(0),
+  child: z._default(z.nullable(z.object({ id: z.string(), agent: z.string() })), null),
+  children: Count,
 });
 type BridgeState = z.output<typeof StateSchema>;
-
-export interface HookResult {
-  stdout: string;
-}
 
 /** One hook call. Never throws; `now` stamps the events. */
 export async function runHook(
@@ -37,16 +39,9 @@ export async function runHook(
   env: NodeJS.ProcessEnv,
   now: number = Date.now(),
 ): Promise<HookResult> {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(stdin);
-  } catch {
-    return { stdout: '' };
-  }
-  const base = HookPayloadSchema.safeParse(raw);
-  if (!base.success) return { stdout: '' };
-  const p = base.data;
-  const name = p.hook_event_name || event;
+  const got = payloadOf(stdin, HookPayloadSchema, event);
+  if (!got) return { stdout: '' };
+  const { raw, p, name } = got;
   const path = stateFile(env, SENSOR_NAME, p.session_id);
   const state: BridgeState = loadState(path, StateSchema, () => ({
     trackers: {},
@@ -79,7 +74,7 @@ export async function runHook(
       state.n++;
       const r = toolEvent(t.data, who, `g${state.n}`, state.trackers[who.session_id] ?? newLandedTracker(), now);
       events.push(r.event);
-      state.trackers[who.session_id] = r.tracker as { failing: string[] };
+      state.trackers[who.session_id] = r.tracker;
       dirty = true;
       break;
     }
@@ -94,13 +89,12 @@ export async function runHook(
       return { stdout: '' };
   }
 
-  const client = new VigilClient(clientSettings(env), HOOK_ID);
   const session = who.session_id;
-  const out = await exchange(client, events, p.session_id, (ds) =>
+  const out = await reply(env, SENSOR_NAME, events, p.session_id, (ds) =>
     answer({ event: name, session, ...(who.parent_session_id ? { parent: who.parent_session_id } : {}) }, ds, now),
   );
   // A subagent's span starts once its parent's invoke_agent is let through.
-  if (name === 'BeforeTool' && !out) {
+  if (name === 'BeforeTool' && !out.stdout) {
     const t = ToolPayloadSchema.parse(raw);
     if (t.tool_name === 'invoke_agent' && !state.child) {
       const agent = childName(String((t.tool_input as { agent_name?: unknown } | undefined)?.agent_name ?? 'agent'));
@@ -110,5 +104,5 @@ export async function runHook(
     }
   }
   if (dirty) saveState(path, state);
-  return { stdout: out ? JSON.stringify(out) : '' };
+  return out;
 }
