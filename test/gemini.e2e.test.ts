@@ -126,6 +126,28 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
       }
     }, 300_000);
 
+    it("Gemini's own loop detection on: its nudge and its stop are reported, the calls it refused are not counted", async () => {
+      const lab = await geminiLab({
+        vigilUrl: s.url,
+        loopDetection: true,
+        script: { steps: [{ ...READ(), repeat: 12 }, { text: 'done' }] },
+      });
+      try {
+        const r = await lab.run('read it');
+        expect(r.exit).toBe(0);
+        const sid = r.sessionId as string;
+        // Gemini let 4 identical calls run, refused the 5th (a nudge) and the 6th (the stop)
+        expect(r.stream.some((l) => l.type === 'error' && /Loop detected/.test(String(l.message)))).toBe(true);
+        const ran = lab.results().filter((t) => t.status === 'success').length;
+        expect(ran).toBe(4);
+        const row = (await rowOf(s.vigil, sid)) as Record<string, unknown>;
+        expect(row.calls).toBe(ran);
+        expect(row).toMatchObject({ agent_loop_nudges: 1, agent_loop_stopped: true });
+      } finally {
+        await lab.stop();
+      }
+    }, 300_000);
+
     it('Vigil stopped: the looping script runs to its end (fail open)', async () => {
       const lab = await geminiLab({
         vigilUrl: 'http://127.0.0.1:9',

@@ -8,11 +8,20 @@ import {
   saveState,
   stateFile,
   TrackersSchema,
+  tail,
 } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
-import { childName, HookPayloadSchema, promptEvent, ToolPayloadSchema, toolEvent, type Who } from './map.ts';
+import {
+  childName,
+  HookPayloadSchema,
+  loopNudges,
+  promptEvent,
+  ToolPayloadSchema,
+  toolEvent,
+  type Who,
+} from './map.ts';
 
 // `vigil hook gemini`: one Gemini CLI command hook call (the event is the payload's
 // hook_event_name). Reads the payload (stdin), turns it into progress events (map.ts),
@@ -29,6 +38,13 @@ const StateSchema = z.object({
   /** The subagent running now (between the parent's invoke_agent BeforeTool and AfterTool). */
   child: z._default(z.nullable(z.object({ id: z.string(), agent: z.string() })), null),
   children: Count,
+  /** Gemini's own loop-detection nudges already reported (chat record ids). */
+  nudges: z._default(z.array(z.string()).check(z.maxLength(64)), []),
+  /** A turn began (BeforeAgent) and has not ended (AfterAgent). */
+  open: z._default(z.boolean(), false),
+  /** Gemini nudged in this turn; Vigil stopped this turn (continue: false). */
+  nudged: z._default(z.boolean(), false),
+  vigilStopped: z._default(z.boolean(), false),
 });
 type BridgeState = z.output<typeof StateSchema>;
 
@@ -49,6 +65,10 @@ export async function runHook(
     turns: 0,
     child: null,
     children: 0,
+    nudges: [],
+    open: false,
+    nudged: false,
+    vigilStopped: false,
   }));
   const root: Who = { session_id: p.session_id };
   const events: ProgressEvent[] = [];
@@ -56,6 +76,20 @@ export async function runHook(
     ? { session_id: state.child.id, parent_session_id: p.session_id, agent: state.child.agent }
     : root;
   let dirty = false;
+
+  // Gemini's own loop detection (docs/gemini.md): a refused repeated call never reaches
+  // a hook, so it is never counted; its nudge is a user record in the chat file, its
+  // stop a run that ends (SessionEnd) without AfterAgent after a nudge. Both reported
+  // as agent_loop markers of the main session, not judged.
+  if (name === 'BeforeTool' || name === 'AfterAgent' || name === 'SessionEnd') {
+    for (const id of loopNudges(tail(p.transcript_path))) {
+      if (state.nudges.includes(id)) continue;
+      state.nudges = [...state.nudges, id].slice(-64);
+      events.push({ kind: 'agent_loop', session_id: p.session_id, call_id: id, landed: false, ts: now });
+      if (state.open) state.nudged = true;
+      dirty = true;
+    }
+  }
 
   switch (name) {
     case 'BeforeTool': {
@@ -81,9 +115,27 @@ export async function runHook(
     case 'BeforeAgent':
       events.push(promptEvent(root, `t${state.turns + 1}`, state.turns > 0, now));
       state.turns++;
+      state.open = true;
+      state.nudged = false;
+      state.vigilStopped = false;
       dirty = true;
       break;
     case 'AfterAgent':
+      state.open = false;
+      dirty = true;
+      break;
+    case 'SessionEnd':
+      if (state.open && state.nudged && !state.vigilStopped)
+        events.push({
+          kind: 'agent_loop',
+          session_id: p.session_id,
+          call_id: `stop-t${state.turns}`,
+          landed: false,
+          stopped: true,
+          ts: now,
+        });
+      state.open = false;
+      dirty = true;
       break;
     default:
       return { stdout: '' };
@@ -93,6 +145,10 @@ export async function runHook(
   const out = await reply(env, SENSOR_NAME, events, p.session_id, (ds) =>
     answer({ event: name, session, ...(who.parent_session_id ? { parent: who.parent_session_id } : {}) }, ds, now),
   );
+  if (out.stdout.includes('"continue":false')) {
+    state.vigilStopped = true;
+    dirty = true;
+  }
   // A subagent's span starts once its parent's invoke_agent is let through.
   if (name === 'BeforeTool' && !out.stdout) {
     const t = ToolPayloadSchema.parse(raw);

@@ -14,7 +14,7 @@ import { SENSOR_NAME } from './descriptor.ts';
 
 export const HOOK_FILE = hookFileName(SENSOR_NAME);
 /** The events the bridge reads (bridge.ts). */
-export const HOOK_EVENTS = ['BeforeAgent', 'BeforeTool', 'AfterTool', 'AfterAgent'] as const;
+export const HOOK_EVENTS = ['BeforeAgent', 'BeforeTool', 'AfterTool', 'AfterAgent', 'SessionEnd'] as const;
 /** Milliseconds Gemini waits for the hook; the bridge itself gives up sooner (fail open). */
 const TIMEOUT_MS = 10_000;
 
