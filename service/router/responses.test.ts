@@ -4,9 +4,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../../core/engine.ts';
 import type { Vigil } from '../../core/vigil.ts';
-import { normalizeCall } from '../../opencode/normalize.ts';
 import { codexSensor } from '../../sensors/codex/descriptor.ts';
-import { eventually, testVigil } from '../../test/helpers/index.ts';
+import { eventually, loopSession, testVigil } from '../../test/helpers/index.ts';
 import { vigilGate } from '../router.ts';
 import { capBody } from './cap.ts';
 import { jsonFacts, sseFacts } from './usage.ts';
@@ -206,7 +205,6 @@ describe('vigilGate in front of Codex (POST /v1/responses)', () => {
 
   describe('the cap on a looping Codex thread', () => {
     const conv = 'thr_codex_capped';
-    const read = normalizeCall('read', { filePath: '/w/src/app.js' }, { cwd: '/w' });
     /** Codex's input: its developer and context messages, the task, then `turns` of reasoning, a call and its output. */
     const history = (turns: number, parallel = false) => [
       { type: 'message', role: 'developer', content: [{ type: 'input_text', text: 'permissions' }] },
@@ -222,18 +220,7 @@ describe('vigilGate in front of Codex (POST /v1/responses)', () => {
     ];
 
     beforeAll(async () => {
-      for (let i = 0; i < 10; i++) {
-        await vigil.progress({
-          session_id: conv,
-          tool: 'read',
-          call_id: `r${i}`,
-          fingerprint: read.fingerprint,
-          target: read.target,
-          exit: 0,
-          landed: false,
-          ts: Date.now(),
-        });
-      }
+      await loopSession(vigil, conv);
       expect(await vigil.gate({ conversation: conv })).toMatchObject({ action: 'limit', max_context_tokens: 1000 });
     });
 
