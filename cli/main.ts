@@ -275,7 +275,8 @@ export function buildProgram(io: Io = defaultIo()): Command {
         { event },
         'hook claude-code',
       );
-      const { readStdin, runHook } = await import('../sensors/claude-code/bridge.ts');
+      const { readStdin } = await import('../sensors/shared/stdin.ts');
+      const { runHook } = await import('../sensors/claude-code/bridge.ts');
       const r = await runHook(a.event, await readStdin(), env).catch(() => ({ stdout: '' }));
       if (r.stdout) io.out(r.stdout);
     });

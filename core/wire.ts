@@ -74,17 +74,21 @@ export const ToolEventSchema = z.strictObject({
 });
 
 /**
- * A marker, not a tool call: `continuation` (a synthetic or injected "continue" user turn)
- * or `compaction_done` (the session's context was summarised). They never enter the
- * duplicate window and never land anything, so they carry no tool, fingerprint or
- * target. `call_id` may hold the opencode message id, so a watcher re-reading the same
- * history can drop repeats.
+ * A marker, not a tool call: `continuation` (a synthetic or injected "continue" user turn),
+ * `compaction_done` (the session's context was summarised) or `agent_loop` (the agent's
+ * own loop detection fired: it refused a repeated call and told the model so, or, with
+ * `stopped`, ended the run; reported, never counted as a call or a turn: the calls it
+ * refused never ran). They never enter the duplicate window and never land anything, so
+ * they carry no tool, fingerprint or target. `call_id` may hold the agent's message id,
+ * so a watcher re-reading the same history can drop repeats.
  */
 export const MarkerEventSchema = z.strictObject({
-  kind: z.enum(['continuation', 'compaction_done']),
+  kind: z.enum(['continuation', 'compaction_done', 'agent_loop']),
   ...common,
   call_id: IdSchema.optional(),
   landed: z.literal(false).default(false),
+  /** `agent_loop` only: the agent ended the run (not only a nudge). */
+  stopped: z.boolean().optional(),
 });
 
 // Session-hygiene facts (detectors/session-hygiene, docs/session-hygiene.md): sizes,

@@ -96,7 +96,7 @@ function overflowBody(req: FastifyRequest, max: number, est: number) {
         error: {
           message: `This model's maximum context length is ${max} tokens. However, your messages resulted in ${est} tokens. Please reduce the length of the messages.`,
           type: 'invalid_request_error',
-          param: 'messages',
+          param: /\/responses$/.test(req.url.split('?')[0]) ? 'input' : 'messages',
           code: 'context_length_exceeded',
         },
       };

@@ -1,14 +1,12 @@
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sensors } from '../builtins.ts';
-import type { SessionRow } from '../core/engine.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { loadClaudeTranscripts } from '../sensors/claude-code/transcripts.ts';
 import { identityOf } from '../service/router.ts';
-import { type App, buildServer } from '../service/server.ts';
+import { agentService, resumeTree, rowOf, serviceFor } from './helpers/agent-e2e.ts';
 import { CC_VERSION, type ClaudeLab, claudeLab, needsClaudeCode } from './helpers/claude-code.ts';
-import { testVigil } from './helpers/index.ts';
 
 // The Claude Code sensor end to end: the real `claude -p` (2.1.328) driven by the
 // scripted fake Anthropic API, Vigil's hooks installed by `vigil install claude-code`
@@ -29,13 +27,6 @@ const HEALTHY = [
   { text: 'Fixed add() and the check passes.' },
 ];
 
-async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: string }> {
-  const vigil = await testVigil({ backend: 'memory', overlay: { modes: { mode } } });
-  const app = await buildServer(vigil);
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  return { vigil, app, url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` };
-}
-
 const vigilDenials = (lab: ClaudeLab) => lab.toolResults().filter((t) => t.is_error && t.text.includes('Vigil:'));
 /** The gate identity of a model request Claude Code sent (its real headers, from the fake API's log). */
 const gateIdentity = (q: Record<string, any>) => identityOf({ headers: q.headers, body: {} } as never, sensors);
@@ -53,18 +44,9 @@ async function expectReplayAgrees(lab: ClaudeLab, v: Vigil, root: string): Promi
   expect(replayed).toEqual(live);
 }
 
-const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
-
 describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, () => {
   describe('warn', () => {
-    let s: Awaited<ReturnType<typeof service>>;
-    beforeAll(async () => {
-      s = await service('warn');
-    });
-    afterAll(async () => {
-      await s?.app.close();
-      await s?.vigil.close();
-    });
+    const s = serviceFor('warn');
 
     it('one file read 40 times is flagged; warn only warns, so the script runs to its end', async () => {
       const lab = await claudeLab({
@@ -173,10 +155,12 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
 
   it('with Vigil stopped the same looping script runs to completion: the hooks have no opinion', async () => {
     // a port that was just free: nothing listens there
-    const { app, vigil, url } = await service('auto_recover');
-    await app.close();
-    await vigil.close();
-    const lab = await claudeLab({ vigilUrl: url, script: { steps: [{ ...READ(), repeat: 40 }, { text: 'done' }] } });
+    const dead = await agentService('auto_recover');
+    await dead.close();
+    const lab = await claudeLab({
+      vigilUrl: dead.url,
+      script: { steps: [{ ...READ(), repeat: 40 }, { text: 'done' }] },
+    });
     try {
       const r = await lab.run('read it');
       expect(r.result?.subtype, r.stderr).toBe('success');
@@ -190,14 +174,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
   }, 240_000);
 
   describe('auto_recover', () => {
-    let s: Awaited<ReturnType<typeof service>>;
-    beforeAll(async () => {
-      s = await service('auto_recover');
-    });
-    afterAll(async () => {
-      await s?.app.close();
-      await s?.vigil.close();
-    });
+    const s = serviceFor('auto_recover');
 
     it('denies the next call with the report, nudges a renewed loop at Stop, then hard-stops; Resume lets it go on', async () => {
       // loop (stage 1: the next call is denied), loop again ending its turn (stage 2: the
@@ -246,7 +223,7 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
         expect(lab.requests().length).toBe(before);
 
         // Resume: the next run goes on and its calls run.
-        await s.vigil.engine.resume(sid, 'test');
+        expect(await resumeTree(s, sid)).toBe(200);
         const n = lab.toolResults().length;
         const on = await lab.run('go on', { resume: sid });
         expect(on.result?.subtype, on.stderr).toBe('success');

@@ -1,13 +1,10 @@
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionRow } from '../core/engine.ts';
-import type { Vigil } from '../core/vigil.ts';
+import { describe, expect, it } from 'vitest';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { codexInstaller } from '../sensors/codex/installer.ts';
 import { codexReader } from '../sensors/codex/replay.ts';
-import { type App, buildServer } from '../service/server.ts';
+import { resumeTree, rowOf, serviceFor } from './helpers/agent-e2e.ts';
 import { CODEX_VERSION, type CodexLab, codexLab, needsCodex } from './helpers/codex.ts';
-import { testVigil } from './helpers/index.ts';
 
 // The Codex sensor end to end: the real `codex exec` (0.169.0) driven by the scripted
 // fake Responses API, Vigil's hooks installed by `vigil install codex` into an isolated
@@ -23,16 +20,8 @@ const PATCH = {
 };
 const HEALTHY = [READ('src/util.js'), PATCH, { exec: 'sh ok.sh' }, { text: 'Fixed add() and the check passes.' }];
 
-async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: string }> {
-  const vigil = await testVigil({ backend: 'memory', overlay: { modes: { mode } } });
-  const app = await buildServer(vigil);
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  return { vigil, app, url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` };
-}
-
 const vigilDenials = (lab: CodexLab) =>
   lab.outputs().filter((t) => t.text.startsWith('Command blocked by PreToolUse hook: Vigil:'));
-const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
 /** `vigil replay` over the lab's CODEX_HOME/sessions: the verdict per session. */
 const replayed = async (lab: CodexLab) =>
   new Map(
@@ -41,14 +30,7 @@ const replayed = async (lab: CodexLab) =>
 
 describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, () => {
   describe('warn', () => {
-    let s: Awaited<ReturnType<typeof service>>;
-    beforeAll(async () => {
-      s = await service('warn');
-    });
-    afterAll(async () => {
-      await s?.app.close();
-      await s?.vigil.close();
-    });
+    const s = serviceFor('warn');
 
     it('the installed hooks run without the bypass flag: one file read 40 times is flagged, warn lets it finish', async () => {
       const lab = await codexLab({ vigilUrl: s.url, script: { steps: [{ ...READ(), repeat: 40 }, { text: 'done' }] } });
@@ -171,14 +153,7 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
   });
 
   describe('auto_recover', () => {
-    let s: Awaited<ReturnType<typeof service>>;
-    beforeAll(async () => {
-      s = await service('auto_recover');
-    });
-    afterAll(async () => {
-      await s?.app.close();
-      await s?.vigil.close();
-    });
+    const s = serviceFor('auto_recover');
 
     it('denies the next call with the report, nudges a renewed loop at Stop, then denies everything; Resume lets it go on', async () => {
       const steps = [
@@ -221,7 +196,7 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
         expect(lab.requests().length).toBe(before);
 
         // Resume: the next run goes on and its calls run.
-        await s.vigil.engine.resume(sid, 'test');
+        expect(await resumeTree(s, sid)).toBe(200);
         const n = lab.outputs().length;
         const on = await lab.run('go on', { resume: true });
         expect(on.exit, on.stderr).toBe(0);

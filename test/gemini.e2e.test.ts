@@ -1,11 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionRow } from '../core/engine.ts';
-import type { Vigil } from '../core/vigil.ts';
+import { describe, expect, it } from 'vitest';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { geminiReader } from '../sensors/gemini/replay.ts';
-import { type App, buildServer } from '../service/server.ts';
+import { resumeTree, rowOf, serviceFor } from './helpers/agent-e2e.ts';
 import { GEMINI_VERSION, type GeminiLab, geminiLab, needsGemini } from './helpers/gemini.ts';
-import { testVigil } from './helpers/index.ts';
 
 // The Gemini CLI sensor end to end: the real `gemini -p` (0.61.0) driven by the scripted
 // fake Gemini API, Vigil's hooks installed by `vigil install gemini` into an isolated
@@ -30,16 +27,8 @@ const HEALTHY = [
   { text: 'Fixed add() and the check passes.' },
 ];
 
-async function service(mode: string): Promise<{ vigil: Vigil; app: App; url: string }> {
-  const vigil = await testVigil({ backend: 'memory', overlay: { modes: { mode } } });
-  const app = await buildServer(vigil);
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  return { vigil, app, url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` };
-}
-
 const vigilDenials = (lab: GeminiLab) =>
   lab.results().filter((t) => t.status === 'error' && String(t.error?.message ?? t.output ?? '').includes('Vigil:'));
-const rowOf = async (v: Vigil, id: string) => (await v.engine.sessionRow(id)) as SessionRow;
 /** `vigil replay` over the lab's chat files: the verdict per session. */
 const replayed = async (lab: GeminiLab) =>
   new Map(
@@ -48,14 +37,7 @@ const replayed = async (lab: GeminiLab) =>
 
 describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`, () => {
   describe('warn', () => {
-    let s: Awaited<ReturnType<typeof service>>;
-    beforeAll(async () => {
-      s = await service('warn');
-    });
-    afterAll(async () => {
-      await s?.app.close();
-      await s?.vigil.close();
-    });
+    const s = serviceFor('warn');
 
     it('one file read 40 times is flagged; warn lets it finish', async () => {
       const lab = await geminiLab({
@@ -147,6 +129,28 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
       }
     }, 300_000);
 
+    it("Gemini's own loop detection on: its nudge and its stop are reported, the calls it refused are not counted", async () => {
+      const lab = await geminiLab({
+        vigilUrl: s.url,
+        loopDetection: true,
+        script: { steps: [{ ...READ(), repeat: 12 }, { text: 'done' }] },
+      });
+      try {
+        const r = await lab.run('read it');
+        expect(r.exit).toBe(0);
+        const sid = r.sessionId as string;
+        // Gemini let 4 identical calls run, refused the 5th (a nudge) and the 6th (the stop)
+        expect(r.stream.some((l) => l.type === 'error' && /Loop detected/.test(String(l.message)))).toBe(true);
+        const ran = lab.results().filter((t) => t.status === 'success').length;
+        expect(ran).toBe(4);
+        const row = (await rowOf(s.vigil, sid)) as Record<string, unknown>;
+        expect(row.calls).toBe(ran);
+        expect(row).toMatchObject({ agent_loop_nudges: 1, agent_loop_stopped: true });
+      } finally {
+        await lab.stop();
+      }
+    }, 300_000);
+
     it('Vigil stopped: the looping script runs to its end (fail open)', async () => {
       const lab = await geminiLab({
         vigilUrl: 'http://127.0.0.1:9',
@@ -163,25 +167,18 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
   });
 
   describe('auto_recover', () => {
-    let s: Awaited<ReturnType<typeof service>>;
-    beforeAll(async () => {
-      s = await service('auto_recover');
-    });
-    afterAll(async () => {
-      await s?.app.close();
-      await s?.vigil.close();
-    });
+    const s = serviceFor('auto_recover');
 
-    it('denies the next call with the report, nudges a renewed loop at AfterAgent, then stops the run (continue: false); Resume clears the stop', async () => {
+    it('denies the next call with the report, nudges a renewed loop at AfterAgent, then stops the run (continue: false); Resume lets it go on', async () => {
       const steps = [
         // flagged at the 4th same-result read: the 5th call is denied (stage 1); the renewed
         // loop is flagged at its 4th read as the turn ends: the AfterAgent nudge (stage 2);
-        // flagged again after the nudge: the run is stopped (stage 3)
+        // flagged again after the nudge: the run is stopped (stage 3) before the reads end.
+        // A resumed run plays what is left: a read or two, then healthy work.
         { ...READ(), repeat: 5 },
         { ...READ(), repeat: 4 },
         { text: 'I think I am done.' },
         { ...READ(), repeat: 6 },
-        { text: 'I am blocked.' },
         ...HEALTHY,
       ];
       const lab = await geminiLab({ vigilUrl: s.url, script: { steps } });
@@ -198,14 +195,34 @@ describe.runIf(HAVE)(`Gemini CLI ${GEMINI_VERSION} through the sensor contract`,
             l.type === 'error' && String(l.message).includes('Agent execution blocked: Vigil: this loop was stopped'),
         );
         expect(nudged, JSON.stringify(r.stream.filter((l) => l.type === 'error'))).toBe(true);
-        // stage 3: the run stopped by the hook
+        // stage 3: the run stopped by the hook, nothing healthy ran
         expect((await s.vigil.engine.treeState(sid))?.stage).toBe(3);
         expect(lab.results().some((t) => t.error?.type === 'stop_execution')).toBe(true);
-        await s.vigil.engine.resume(sid, 'test');
+        expect((await rowOf(s.vigil, sid)).landed).toBe(0);
+
+        // Going on without a Resume (the same session, resumed): no call runs.
+        const ran = () => lab.results().filter((t) => t.status === 'success').length;
+        const before = ran();
+        const held = await lab.run('go on', { resume: 'latest' });
+        expect(held.exit).toBe(0);
+        expect(held.sessionId).toBe(sid);
+        expect(ran()).toBe(before);
+        expect((await s.vigil.engine.treeState(sid))?.stage).toBe(3);
+
+        // An admin Resume: the next run's calls run, the edit lands, nothing is refused.
+        expect(await resumeTree(s, sid)).toBe(200);
+        expect((await s.vigil.engine.treeState(sid))?.stage).toBe(0);
+        const n = lab.results().length;
+        const on = await lab.run('go on', { resume: 'latest' });
+        expect(on.exit, on.stderr.slice(-500)).toBe(0);
+        const after = lab.results().slice(n);
+        expect(after.filter((t) => t.status === 'success').length, JSON.stringify(after)).toBeGreaterThanOrEqual(3);
+        expect(after.filter((t) => t.status === 'error')).toEqual([]);
+        expect((await rowOf(s.vigil, sid)).landed).toBeGreaterThanOrEqual(1);
         expect((await s.vigil.engine.treeState(sid))?.stage).toBe(0);
       } finally {
         await lab.stop();
       }
-    }, 300_000);
+    }, 400_000);
   });
 });

@@ -55,6 +55,24 @@ describe('sensor contract', () => {
     expect(by['x-1']).toMatchObject({ sensor: null, cannot_act: '' });
   });
 
+  it("an agent's own loop detection (agent_loop markers) is in the readout and counted as nothing else", async () => {
+    const post = (payload: object) =>
+      app.inject({ method: 'POST', url: '/progress', headers: { 'x-vigil-plugin': 'vigil-gemini/0.1.0+x' }, payload });
+    const events = [1, 2, 3, 4].map((i) => tool('gm-1', i));
+    expect((await post(events)).statusCode).toBe(202);
+    const before = (await vigil.engine.sessionRow('gm-1')) as Record<string, unknown>;
+    const loop = (o: Record<string, unknown>) => ({ kind: 'agent_loop', session_id: 'gm-1', ts: Date.now(), ...o });
+    // the nudge twice (a re-read), then the stop
+    for (const e of [loop({ call_id: 'n-1' }), loop({ call_id: 'n-1' }), loop({ call_id: 'stop-t1', stopped: true })])
+      expect((await post(e)).statusCode).toBe(202);
+    const row = (await vigil.engine.sessionRow('gm-1')) as Record<string, unknown>;
+    expect(row).toMatchObject({ agent_loop_nudges: 1, agent_loop_stopped: true });
+    // no call and no turn more: the same verdict and counts as before the markers
+    for (const k of ['calls', 'verdict', 'reason', 'turns_since_landed', 'top_count'])
+      expect(row[k]).toEqual(before[k]);
+    expect(before.agent_loop_nudges).toBeUndefined();
+  });
+
   it('/health lists every declared sensor, when it last reported and what it cannot do in this mode', async () => {
     const h = (await app.inject({ method: 'GET', url: '/health' })).json() as { sensors: Record<string, unknown>[] };
     const by = Object.fromEntries(h.sensors.map((s) => [s.name, s]));

@@ -136,6 +136,12 @@ export class NoProgressDetector implements Detector {
   private readonly live: LiveRepo | undefined;
   private readonly externals = new Lru<string, StoredVerdict | null>(50_000);
   private readonly series = new Lru<string, { turns: number[]; tokens: number[] }>(10_000);
+  /**
+   * The agent's own loop detection, as its sensor reported it (`agent_loop` markers):
+   * shown in the readout beside this judge's verdict, never judged (the calls the agent
+   * refused never ran, so nothing is counted twice). In-process, bounded, as the series.
+   */
+  private readonly agentLoops = new Lru<string, { nudges: number; stopped: boolean; ids: string[] }>(10_000);
 
   constructor(
     private readonly store: Store,
@@ -148,6 +154,10 @@ export class NoProgressDetector implements Detector {
   }
 
   onProgress(ev: ProgressEvent, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
+    if (ev.kind === 'agent_loop') {
+      this.noteAgentLoop(ev.session_id, ev.call_id, ev.stopped === true);
+      return NONE;
+    }
     // Kinds this judge does not know (another detector's signals) are not tool calls; of
     // the model steps only those that only talked (a text fingerprint) count, for the
     // monologue rule, so the others cost no store round trip.
@@ -414,6 +424,7 @@ export class NoProgressDetector implements Detector {
       this.live?.drop(id);
       this.externals.delete(id);
       this.series.delete(id);
+      this.agentLoops.delete(id);
       await this.store.del(npKeys.state(id));
       await this.store.del(npKeys.external(id));
     }
@@ -429,6 +440,7 @@ export class NoProgressDetector implements Detector {
     const eff = await this.effective(id);
     const g = eff.verdict.signals;
     const ser = this.series.peek(id);
+    const own = this.agentLoops.peek(id);
     return {
       level: eff.level,
       reason: eff.verdict.reason,
@@ -442,10 +454,26 @@ export class NoProgressDetector implements Detector {
         context_tokens: g.context_tokens,
         calls: g.calls,
         landed: g.landed,
+        ...(own ? { agent_loop_nudges: own.nudges, agent_loop_stopped: own.stopped } : {}),
       },
       ...(ser ? { series: { turns_since_landed: [...ser.turns], prompt_tokens: [...ser.tokens] } } : {}),
       ...(s.lastTs ? { last_event_at: s.lastTs } : {}),
     };
+  }
+
+  /** An agent_loop marker: a nudge (counted once per id), or the run it stopped. */
+  private noteAgentLoop(id: string, callId: string | undefined, stopped: boolean): void {
+    let a = this.agentLoops.get(id);
+    if (!a) {
+      a = { nudges: 0, stopped: false, ids: [] };
+      this.agentLoops.set(id, a);
+    }
+    if (callId !== undefined) {
+      if (a.ids.includes(callId)) return;
+      a.ids = [...a.ids, callId].slice(-32);
+    }
+    if (stopped) a.stopped = true;
+    else a.nudges++;
   }
 
   /**

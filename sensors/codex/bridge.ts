@@ -1,8 +1,18 @@
-import { z } from 'zod';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { clientSettings, HOOK_VERSION, VigilClient } from '../claude-code/client.ts';
-import { exchange, loadState, saveState, stateFile, tail } from '../shared/hook-io.ts';
-import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
+import {
+  freshLogState,
+  type HookResult,
+  hadTurn,
+  LogStateSchema,
+  loadState,
+  payloadOf,
+  reply,
+  saveState,
+  stateFile,
+  tail,
+  unsent,
+} from '../shared/hook-io.ts';
+import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
 import { HookPayloadSchema, promptEvent, readRollout, sessionOf, ToolPayloadSchema, toolEvent } from './map.ts';
@@ -15,22 +25,6 @@ import { HookPayloadSchema, promptEvent, readRollout, sessionOf, ToolPayloadSche
 // understand, Vigil down or slow (VIGIL_HOOK_TIMEOUT_MS per request) -> no output,
 // exit 0, Codex goes on.
 
-export const HOOK_ID = `vigil-${SENSOR_NAME}/${HOOK_VERSION}`;
-
-const StateSchema = z.object({
-  trackers: z.record(z.string(), z.object({ failing: z.array(z.string()).max(64) })).default({}),
-  sent: z.array(z.string()).max(1000).default([]),
-  turns: z.array(z.string()).max(1000).default([]),
-});
-type BridgeState = z.output<typeof StateSchema>;
-const SENT_MAX = 500;
-/** Older model calls found in a rollout are stamped this long ago at most (the service's accepted window). */
-const USAGE_AGE_MS = 5 * 60_000;
-
-export interface HookResult {
-  stdout: string;
-}
-
 /** One hook call. Never throws; `now` stamps the events. */
 export async function runHook(
   event: string,
@@ -38,19 +32,12 @@ export async function runHook(
   env: NodeJS.ProcessEnv,
   now: number = Date.now(),
 ): Promise<HookResult> {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(stdin);
-  } catch {
-    return { stdout: '' };
-  }
-  const base = HookPayloadSchema.safeParse(raw);
-  if (!base.success) return { stdout: '' };
-  const p = base.data;
-  const name = p.hook_event_name || event;
+  const got = payloadOf(stdin, HookPayloadSchema, event);
+  if (!got) return { stdout: '' };
+  const { raw, p, name } = got;
   const session = sessionOf(p);
   const path = stateFile(env, SENSOR_NAME, p.session_id);
-  const state: BridgeState = loadState(path, StateSchema, () => ({ trackers: {}, sent: [], turns: [] }));
+  const state = loadState(path, LogStateSchema, freshLogState);
   const events: ProgressEvent[] = [];
   let dirty = false;
   // A subagent's Stop names its own rollout apart; its other hooks have it in transcript_path.
@@ -58,14 +45,9 @@ export async function runHook(
   const rollout = () => readRollout(tail(rolloutPath), p, now);
 
   const usage = (r: ReturnType<typeof rollout>) => {
-    const sent = new Set(state.sent);
-    for (const a of r.models) {
-      if (sent.has(a.call_id)) continue;
-      events.push({ ...a, ts: Math.min(now, Math.max(a.ts, now - USAGE_AGE_MS)) });
-      state.sent.push(a.call_id);
-      dirty = true;
-    }
-    if (state.sent.length > SENT_MAX) state.sent = state.sent.slice(-SENT_MAX);
+    const fresh = unsent(state.sent, r.models, now);
+    events.push(...fresh);
+    if (fresh.length) dirty = true;
   };
 
   switch (name) {
@@ -93,18 +75,16 @@ export async function runHook(
       );
       events.push(done.event);
       if (done.tracker !== state.trackers[session]) {
-        state.trackers[session] = done.tracker as LandedTracker & { failing: string[] };
+        state.trackers[session] = done.tracker;
         dirty = true;
       }
       break;
     }
     // A subagent's thread fires its own UserPromptSubmit (with agent_id): SubagentStart adds nothing.
     case 'UserPromptSubmit': {
-      events.push(promptEvent(p, state.turns.includes(session), now));
-      if (!state.turns.includes(session)) {
-        state.turns = [...state.turns, session].slice(-1000);
-        dirty = true;
-      }
+      const again = hadTurn(state.turns, session);
+      events.push(promptEvent(p, again, now));
+      if (!again) dirty = true;
       break;
     }
     case 'Stop':
@@ -117,11 +97,8 @@ export async function runHook(
       return { stdout: '' };
   }
   if (dirty) saveState(path, state);
-
-  const client = new VigilClient(clientSettings(env), HOOK_ID);
   // A subagent asks by its parent: the tree may not know the child yet.
-  const out = await exchange(client, events, p.agent_id ? p.session_id : session, (ds) =>
+  return reply(env, SENSOR_NAME, events, p.agent_id ? p.session_id : session, (ds) =>
     answer({ event: name, session, ...(p.agent_id ? { parent: p.session_id } : {}) }, ds, now),
   );
-  return { stdout: out ? JSON.stringify(out) : '' };
 }

@@ -1,20 +1,9 @@
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { z } from 'zod';
-import type { AgentInstaller, InstallContext, InstallResult, InstallStatus } from '../../core/installer.ts';
-import {
-  bundleVersion,
-  type HookGroup,
-  type HooksFile,
-  hookBundle,
-  ownedBy,
-  readHooksFile,
-  serialise,
-  withHooks,
-  withoutHooks,
-  writeAtomic,
-} from '../shared/hooks-file.ts';
+import type { InstallContext } from '../../core/installer.ts';
+import { type HooksFile, ownedBy } from '../shared/hooks-file.ts';
+import { commandGroups, hookFileName, hookInstaller, type ScopeOptions, scopeDir } from '../shared/installer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
 
 // `vigil install codex`: Vigil's command hooks merged into a Codex hooks.json, beside
@@ -28,7 +17,7 @@ import { SENSOR_NAME } from './descriptor.ts';
 // the user's adding a hook group before Vigil's moves it and voids its trust, which
 // `vigil status` reports (install again to renew it).
 
-export const HOOK_FILE = `vigil-${SENSOR_NAME}-hook.mjs`;
+export const HOOK_FILE = hookFileName(SENSOR_NAME);
 /** The events the bridge reads (bridge.ts). */
 export const HOOK_EVENTS = ['UserPromptSubmit', 'PreToolUse', 'PostToolUse', 'Stop', 'SubagentStop'] as const;
 /** Seconds Codex waits for the hook; the bridge itself gives up sooner (fail open). */
@@ -36,36 +25,11 @@ const TIMEOUT_S = 10;
 const BEGIN = '# vigil-codex: trust for Vigil hooks (vigil uninstall codex removes this block)';
 const END = '# vigil-codex: end';
 
-const Options = z
-  .strictObject({
-    user: z.boolean().optional(),
-    project: z.string().min(1).optional(),
-  })
-  .refine((o) => !(o.user && o.project), { message: 'give --user or --project, not both', path: ['project'] });
-type Options = z.output<typeof Options>;
-
 const codexHome = (ctx: InstallContext) => resolve(ctx.env.CODEX_HOME || join(ctx.home, '.codex'));
 
-/** The hooks file, the hook bundle and the config.toml holding the trust entries. */
-export function locations(o: Options, ctx: InstallContext): { hooks: string; hook: string; config: string } {
-  const dir = o.project ? join(resolve(o.project), '.codex') : codexHome(ctx);
-  return {
-    hooks: join(dir, 'hooks.json'),
-    hook: join(dir, 'vigil', HOOK_FILE),
-    config: join(codexHome(ctx), 'config.toml'),
-  };
-}
+const configToml = (ctx: InstallContext) => join(codexHome(ctx), 'config.toml');
 
 const mine = ownedBy(HOOK_FILE);
-
-export function withVigil(s: HooksFile, hookPath: string): HooksFile {
-  const groups: Record<string, HookGroup> = {};
-  for (const e of HOOK_EVENTS)
-    groups[e] = { hooks: [{ type: 'command', command: `node ${JSON.stringify(hookPath)} ${e}`, timeout: TIMEOUT_S }] };
-  return withHooks(s, mine, groups);
-}
-
-export const withoutVigil = (s: HooksFile): HooksFile => withoutHooks(s, mine);
 
 const snake = (s: string) => s.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
 
@@ -148,83 +112,36 @@ export function withTrust(toml: string, entries: readonly { key: string; hash: s
 
 const readText = (p: string) => (existsSync(p) ? readFileSync(p, 'utf8') : undefined);
 
-const NOTES = [
-  'Codex reads its hooks at start: new sessions are watched',
-  'the hooks are trusted in config.toml; adding a hook group before them voids that: run this again (vigil status says so)',
-  'the hooks report to VIGIL_URL (default http://127.0.0.1:7411, vigil serve); VIGIL_INGEST_TOKEN when the service has one',
-];
-
-export const codexInstaller: AgentInstaller<Options> = {
-  agent: SENSOR_NAME,
+export const codexInstaller = hookInstaller({
+  sensor: SENSOR_NAME,
+  title: 'Codex',
   summary: "Vigil's hooks in a Codex hooks.json, merged with the user's own and trusted in config.toml",
   flags: [
     { name: 'user', description: 'for every project: $CODEX_HOME/hooks.json (default ~/.codex; the default)' },
     { name: 'project', value: 'dir', description: 'for one project: DIR/.codex/hooks.json' },
   ],
-  options: Options,
-
-  async install(o, ctx): Promise<InstallResult> {
-    const where = locations(o, ctx);
-    const { file, text: before } = readHooksFile(where.hooks);
-    const code = await hookBundle(SENSOR_NAME);
-    const version = bundleVersion(SENSOR_NAME, code);
-    if (!version) throw new Error('the Codex hook bundle has no version banner');
-    const oldCode = readText(where.hook);
-    const merged = withVigil(file, where.hook);
-    const next = serialise(merged);
-    const toml = readText(where.config) ?? '';
-    const nextToml = withTrust(toml, trustEntries(merged, where.hooks));
-    const had = JSON.stringify(withoutVigil(file)) !== JSON.stringify(file);
-    const ver = `vigil-${SENSOR_NAME}/${version}`;
-    if (next === before && oldCode === code && nextToml === toml) {
-      return { action: 'unchanged', path: where.hooks, version: ver, notes: NOTES };
-    }
-    if (oldCode !== code) writeAtomic(where.hook, code);
-    if (next !== before) writeAtomic(where.hooks, next);
-    if (nextToml !== toml) writeAtomic(where.config, nextToml);
-    const previous = oldCode === undefined ? undefined : bundleVersion(SENSOR_NAME, oldCode);
-    return {
-      action: had || oldCode !== undefined ? 'replaced' : 'installed',
-      path: where.hooks,
-      version: ver,
-      ...(previous && oldCode !== code ? { previous: `vigil-${SENSOR_NAME}/${previous}` } : {}),
-      notes: NOTES,
-    };
+  notes: [
+    'Codex reads its hooks at start: new sessions are watched',
+    'the hooks are trusted in config.toml; adding a hook group before them voids that: run this again (vigil status says so)',
+  ],
+  where(o: ScopeOptions, ctx) {
+    const dir = scopeDir(o, '.codex', codexHome(ctx));
+    return { file: join(dir, 'hooks.json'), hook: join(dir, 'vigil', HOOK_FILE) };
   },
-
-  async uninstall(o, ctx): Promise<InstallResult> {
-    const where = locations(o, ctx);
-    const oldCode = readText(where.hook);
-    const version = oldCode === undefined ? undefined : bundleVersion(SENSOR_NAME, oldCode);
-    if (oldCode !== undefined) rmSync(where.hook, { force: true });
-    const { file, text } = readHooksFile(where.hooks);
-    const next = withoutVigil(file);
-    const changed = text !== undefined && JSON.stringify(next) !== JSON.stringify(file);
-    if (changed) writeAtomic(where.hooks, serialise(next));
-    const toml = readText(where.config);
-    const tomlChanged = toml !== undefined && withoutTrust(toml) !== toml;
-    if (tomlChanged) writeAtomic(where.config, withoutTrust(toml));
-    if (!changed && !tomlChanged && oldCode === undefined) return { action: 'absent', path: where.hooks };
-    return { action: 'removed', path: where.hooks, ...(version ? { version: `vigil-${SENSOR_NAME}/${version}` } : {}) };
+  groups: (hookPath) =>
+    commandGroups(HOOK_EVENTS, (e) => ({ command: `node ${JSON.stringify(hookPath)} ${e}`, timeout: TIMEOUT_S })),
+  companion: {
+    path: configToml,
+    with: (toml, merged, file) => withTrust(toml, trustEntries(merged, file)),
+    without: withoutTrust,
   },
-
-  async status(o, ctx): Promise<InstallStatus> {
-    const where = locations(o, ctx);
-    const { file } = readHooksFile(where.hooks);
-    const code = readText(where.hook);
-    const version = code === undefined ? undefined : bundleVersion(SENSOR_NAME, code);
-    const entries = trustEntries(file, where.hooks);
-    const trusted = trustedHashes(readText(where.config) ?? '');
+  problem(file: HooksFile, where, ctx) {
+    const entries = trustEntries(file, where.file);
+    const config = configToml(ctx);
+    const trusted = trustedHashes(readText(config) ?? '');
     const untrusted = entries.filter((e) => trusted.get(e.key) !== e.hash).length;
-    return {
-      wired: entries.length > 0 && version !== undefined,
-      path: where.hooks,
-      ...(version ? { version: `vigil-${SENSOR_NAME}/${version}` } : {}),
-      ...(entries.length && untrusted
-        ? {
-            problem: `${untrusted} of its ${entries.length} hooks are not trusted in ${where.config}: Codex skips them silently (run vigil install codex again)`,
-          }
-        : {}),
-    };
+    return entries.length && untrusted
+      ? `${untrusted} of its ${entries.length} hooks are not trusted in ${config}: Codex skips them silently (run vigil install codex again)`
+      : undefined;
   },
-};
+});

@@ -1,11 +1,27 @@
-import { z } from 'zod';
+import { z } from 'zod/mini';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { clientSettings, HOOK_VERSION, VigilClient } from '../claude-code/client.ts';
-import { exchange, loadState, saveState, stateFile } from '../shared/hook-io.ts';
+import {
+  type HookResult,
+  loadState,
+  payloadOf,
+  reply,
+  saveState,
+  stateFile,
+  TrackersSchema,
+  tail,
+} from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
-import { childName, HookPayloadSchema, promptEvent, ToolPayloadSchema, toolEvent, type Who } from './map.ts';
+import {
+  childName,
+  HookPayloadSchema,
+  loopNudges,
+  promptEvent,
+  ToolPayloadSchema,
+  toolEvent,
+  type Who,
+} from './map.ts';
 
 // `vigil hook gemini`: one Gemini CLI command hook call (the event is the payload's
 // hook_event_name). Reads the payload (stdin), turns it into progress events (map.ts),
@@ -13,22 +29,24 @@ import { childName, HookPayloadSchema, promptEvent, ToolPayloadSchema, toolEvent
 // payload it does not understand, Vigil down or slow (VIGIL_HOOK_TIMEOUT_MS per
 // request) -> no output, exit 0, Gemini goes on.
 
-export const HOOK_ID = `vigil-${SENSOR_NAME}/${HOOK_VERSION}`;
-
+const Count = z._default(z.number().check(z.int(), z.minimum(0)), 0);
 const StateSchema = z.object({
-  trackers: z.record(z.string(), z.object({ failing: z.array(z.string()).max(64) })).default({}),
+  trackers: TrackersSchema,
   /** Calls and turns seen (Gemini gives calls no id): the next call id. */
-  n: z.number().int().min(0).default(0),
-  turns: z.number().int().min(0).default(0),
+  n: Count,
+  turns: Count,
   /** The subagent running now (between the parent's invoke_agent BeforeTool and AfterTool). */
-  child: z.object({ id: z.string(), agent: z.string() }).nullable().default(null),
-  children: z.number().int().min(0).default(0),
+  child: z._default(z.nullable(z.object({ id: z.string(), agent: z.string() })), null),
+  children: Count,
+  /** Gemini's own loop-detection nudges already reported (chat record ids). */
+  nudges: z._default(z.array(z.string()).check(z.maxLength(64)), []),
+  /** A turn began (BeforeAgent) and has not ended (AfterAgent). */
+  open: z._default(z.boolean(), false),
+  /** Gemini nudged in this turn; Vigil stopped this turn (continue: false). */
+  nudged: z._default(z.boolean(), false),
+  vigilStopped: z._default(z.boolean(), false),
 });
 type BridgeState = z.output<typeof StateSchema>;
-
-export interface HookResult {
-  stdout: string;
-}
 
 /** One hook call. Never throws; `now` stamps the events. */
 export async function runHook(
@@ -37,16 +55,9 @@ export async function runHook(
   env: NodeJS.ProcessEnv,
   now: number = Date.now(),
 ): Promise<HookResult> {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(stdin);
-  } catch {
-    return { stdout: '' };
-  }
-  const base = HookPayloadSchema.safeParse(raw);
-  if (!base.success) return { stdout: '' };
-  const p = base.data;
-  const name = p.hook_event_name || event;
+  const got = payloadOf(stdin, HookPayloadSchema, event);
+  if (!got) return { stdout: '' };
+  const { raw, p, name } = got;
   const path = stateFile(env, SENSOR_NAME, p.session_id);
   const state: BridgeState = loadState(path, StateSchema, () => ({
     trackers: {},
@@ -54,6 +65,10 @@ export async function runHook(
     turns: 0,
     child: null,
     children: 0,
+    nudges: [],
+    open: false,
+    nudged: false,
+    vigilStopped: false,
   }));
   const root: Who = { session_id: p.session_id };
   const events: ProgressEvent[] = [];
@@ -61,6 +76,20 @@ export async function runHook(
     ? { session_id: state.child.id, parent_session_id: p.session_id, agent: state.child.agent }
     : root;
   let dirty = false;
+
+  // Gemini's own loop detection (docs/gemini.md): a refused repeated call never reaches
+  // a hook, so it is never counted; its nudge is a user record in the chat file, its
+  // stop a run that ends (SessionEnd) without AfterAgent after a nudge. Both reported
+  // as agent_loop markers of the main session, not judged.
+  if (name === 'BeforeTool' || name === 'AfterAgent' || name === 'SessionEnd') {
+    for (const id of loopNudges(tail(p.transcript_path))) {
+      if (state.nudges.includes(id)) continue;
+      state.nudges = [...state.nudges, id].slice(-64);
+      events.push({ kind: 'agent_loop', session_id: p.session_id, call_id: id, landed: false, ts: now });
+      if (state.open) state.nudged = true;
+      dirty = true;
+    }
+  }
 
   switch (name) {
     case 'BeforeTool': {
@@ -79,28 +108,49 @@ export async function runHook(
       state.n++;
       const r = toolEvent(t.data, who, `g${state.n}`, state.trackers[who.session_id] ?? newLandedTracker(), now);
       events.push(r.event);
-      state.trackers[who.session_id] = r.tracker as { failing: string[] };
+      state.trackers[who.session_id] = r.tracker;
       dirty = true;
       break;
     }
     case 'BeforeAgent':
       events.push(promptEvent(root, `t${state.turns + 1}`, state.turns > 0, now));
       state.turns++;
+      state.open = true;
+      state.nudged = false;
+      state.vigilStopped = false;
       dirty = true;
       break;
     case 'AfterAgent':
+      state.open = false;
+      dirty = true;
+      break;
+    case 'SessionEnd':
+      if (state.open && state.nudged && !state.vigilStopped)
+        events.push({
+          kind: 'agent_loop',
+          session_id: p.session_id,
+          call_id: `stop-t${state.turns}`,
+          landed: false,
+          stopped: true,
+          ts: now,
+        });
+      state.open = false;
+      dirty = true;
       break;
     default:
       return { stdout: '' };
   }
 
-  const client = new VigilClient(clientSettings(env), HOOK_ID);
   const session = who.session_id;
-  const out = await exchange(client, events, p.session_id, (ds) =>
+  const out = await reply(env, SENSOR_NAME, events, p.session_id, (ds) =>
     answer({ event: name, session, ...(who.parent_session_id ? { parent: who.parent_session_id } : {}) }, ds, now),
   );
+  if (out.stdout.includes('"continue":false')) {
+    state.vigilStopped = true;
+    dirty = true;
+  }
   // A subagent's span starts once its parent's invoke_agent is let through.
-  if (name === 'BeforeTool' && !out) {
+  if (name === 'BeforeTool' && !out.stdout) {
     const t = ToolPayloadSchema.parse(raw);
     if (t.tool_name === 'invoke_agent' && !state.child) {
       const agent = childName(String((t.tool_input as { agent_name?: unknown } | undefined)?.agent_name ?? 'agent'));
@@ -110,5 +160,5 @@ export async function runHook(
     }
   }
   if (dirty) saveState(path, state);
-  return { stdout: out ? JSON.stringify(out) : '' };
+  return out;
 }

@@ -1,12 +1,14 @@
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Directive } from '../../core/wire.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
+import { runHook } from './bridge.ts';
 import { geminiInstaller, HOOK_EVENTS } from './installer.ts';
-import { exitOf, type ToolPayload, toolEvent } from './map.ts';
+import { exitOf, loopNudges, type ToolPayload, toolEvent } from './map.ts';
 
 // Shapes as Gemini CLI 0.61.0 sends them (docs/gemini.md).
 const SID = '88dd9dcc-deaa-4776-86e6-47c862839651';
@@ -124,5 +126,72 @@ describe('vigil install gemini', () => {
     const ctx = { env: { HOME: home }, home };
     await geminiInstaller.install({}, ctx);
     expect((await geminiInstaller.status?.({}, ctx))?.problem).toMatch(/hooksConfig.enabled is false/);
+  });
+});
+
+describe("Gemini CLI's own loop detection", () => {
+  // The chat file lines of out/default-like run: a call record, then the nudge record.
+  const call = JSON.stringify({ id: 'g-1', type: 'gemini', content: '', toolCalls: [{ name: 'read_file' }] });
+  const nudge = (id: string) =>
+    JSON.stringify({
+      id,
+      timestamp: '2026-12-01T19:11:11.156Z',
+      type: 'user',
+      content: [{ text: 'System: Potential loop detected. Details: Repeated tool call: read_file with arguments {}.' }],
+    });
+
+  it('finds the nudge records by id, in a tail that starts mid-line; the text is not kept', () => {
+    const text = `ed line"}\n${call}\n${nudge('n-1')}\n{"$set":{"lastUpdated":"x"}}\n${nudge('n-1')}\n`;
+    expect(loopNudges(text)).toEqual(['n-1']);
+    // a user who types the words is not the detection
+    expect(
+      loopNudges(JSON.stringify({ id: 'u', type: 'user', content: [{ text: 'Potential loop detected?' }] })),
+    ).toEqual([]);
+  });
+
+  it('reports a nudge once and the stop (SessionEnd without AfterAgent) as agent_loop markers', async () => {
+    const posted: Record<string, unknown>[] = [];
+    const srv = createServer((req, res) => {
+      let b = '';
+      req.on('data', (c) => (b += c));
+      req.on('end', () => {
+        if (req.url === '/progress') posted.push(...JSON.parse(b));
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ directives: [] }));
+      });
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    try {
+      const dir = mkdtempSync(join(tmpdir(), 'vigil-gemini-loop-'));
+      const chat = join(dir, 'session.jsonl');
+      writeFileSync(chat, `${call}\n`);
+      const env = {
+        VIGIL_URL: `http://127.0.0.1:${(srv.address() as { port: number }).port}`,
+        VIGIL_HOOK_STATE_DIR: join(dir, 'state'),
+        VIGIL_SENSOR_SECRET_FILE: join(dir, 'secret'),
+      };
+      const hook = (hook_event_name: string, extra: Record<string, unknown> = {}) =>
+        runHook('', JSON.stringify({ session_id: SID, transcript_path: chat, hook_event_name, ...extra }), env, 1000);
+      const loops = () => posted.filter((e) => e.kind === 'agent_loop');
+      await hook('BeforeAgent', { prompt: 'x' });
+      await hook('BeforeTool', { tool_name: 'read_file', tool_input: {} });
+      expect(loops()).toEqual([]);
+      appendFileSync(chat, `${nudge('n-1')}\n`);
+      await hook('BeforeTool', { tool_name: 'glob', tool_input: {} });
+      await hook('BeforeTool', { tool_name: 'glob', tool_input: {} });
+      expect(loops()).toEqual([{ kind: 'agent_loop', session_id: SID, call_id: 'n-1', landed: false, ts: 1000 }]);
+      await hook('SessionEnd', { reason: 'exit' });
+      expect(loops().slice(1)).toEqual([
+        { kind: 'agent_loop', session_id: SID, call_id: 'stop-t1', landed: false, stopped: true, ts: 1000 },
+      ]);
+      // a turn that ends as usual (AfterAgent) is no stop, nudged or not
+      await hook('BeforeAgent', { prompt: 'y' });
+      appendFileSync(chat, `${nudge('n-2')}\n`);
+      await hook('AfterAgent', { prompt: 'y', prompt_response: 'z' });
+      await hook('SessionEnd', { reason: 'exit' });
+      expect(loops().map((e) => e.call_id)).toEqual(['n-1', 'stop-t1', 'n-2']);
+    } finally {
+      await new Promise((r) => srv.close(r));
+    }
   });
 });

@@ -158,3 +158,35 @@ export const promptEvent = (who: Who, callId: string, resumed: boolean, ts: numb
 });
 
 export const childName = (s: string): string => s.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 40) || 'agent';
+
+/** The user text Gemini CLI 0.61's loop detection puts into the conversation when it refuses a repeated call. */
+const LOOP_NUDGE = 'System: Potential loop detected.';
+
+/**
+ * The nudges of Gemini CLI's own loop detection in a chat file's text (a tail may start
+ * mid-line): the ids of the user records carrying its text, oldest first. Only the id
+ * leaves here, never the text.
+ */
+export function loopNudges(text: string): string[] {
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    if (!line.includes('Potential loop detected')) continue;
+    let r: unknown;
+    try {
+      r = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    const rec = r as { id?: unknown; type?: unknown; content?: unknown };
+    if (rec.type !== 'user' || typeof rec.id !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(rec.id)) continue;
+    const parts = Array.isArray(rec.content) ? rec.content : [];
+    if (
+      parts.some(
+        (c) =>
+          typeof (c as { text?: unknown })?.text === 'string' && (c as { text: string }).text.startsWith(LOOP_NUDGE),
+      )
+    )
+      if (!out.includes(rec.id)) out.push(rec.id);
+  }
+  return out;
+}

@@ -5,9 +5,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionRow } from '../../core/engine.ts';
 import type { Vigil } from '../../core/vigil.ts';
-import { normalizeCall } from '../../opencode/normalize.ts';
 import { ANTHROPIC_STREAM, OPENAI_STREAM } from '../../test/fixtures/answers.ts';
-import { eventually, testVigil } from '../../test/helpers/index.ts';
+import { eventually, loopSession, testVigil } from '../../test/helpers/index.ts';
 import { vigilGate } from '../router.ts';
 
 // The gate between a client and a streaming upstream, all over real HTTP: the upstream
@@ -218,7 +217,6 @@ describe('vigilGate with a streaming upstream', () => {
 });
 
 describe('the cap (action limit, mechanism cap) enforced by the gate', () => {
-  const read = normalizeCall('read', { filePath: '/w/src/nav.js' }, { cwd: '/w' });
   const conv = 'ses_capped';
   const tools = [{ type: 'function', function: { name: 'read', parameters: {} } }];
   /** A conversation of `turns` tool-call turns of about 400 bytes each. */
@@ -237,18 +235,7 @@ describe('the cap (action limit, mechanism cap) enforced by the gate', () => {
 
   beforeAll(async () => {
     // The session loops (identical reads): auto_limit_context caps it at 1000 tokens.
-    for (let i = 0; i < 10; i++) {
-      await vigil.progress({
-        session_id: conv,
-        tool: 'read',
-        call_id: `r${i}`,
-        fingerprint: read.fingerprint,
-        target: read.target,
-        exit: 0,
-        landed: false,
-        ts: Date.now(),
-      });
-    }
+    await loopSession(vigil, conv);
     expect(await vigil.gate({ conversation: conv })).toMatchObject({
       action: 'limit',
       limit_mechanism: 'cap',

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { StringDecoder } from 'node:string_decoder';
 import type { GateQuery, RequestRecord } from '../../core/wire.ts';
 
-// What a model answer says about its cost, read from the two wire shapes routers carry:
-// OpenAI chat completions and Anthropic messages, as one JSON body or as an SSE stream.
+// What a model answer says about its cost, read from the wire shapes routers carry:
+// OpenAI chat completions, OpenAI Responses (what Codex calls) and Anthropic messages,
+// as one JSON body or as an SSE stream.
 // Sizes, counts, ids and codes only: no message text is kept (a delta is looked at
 // only to learn whether anything visible came back).
 
@@ -49,8 +50,12 @@ const nonBlank = (v: unknown) => typeof v === 'string' && v.trim() !== '';
  */
 export function absorb(f: AnswerFacts, o: unknown): void {
   if (!isObj(o)) return;
-  // Anthropic stream events wrap the message (message_start) or carry a delta.
   const type = o.type;
+  if (o.object === 'response' || (typeof type === 'string' && type.startsWith('response.'))) {
+    responsesEvent(f, o);
+    return;
+  }
+  // Anthropic stream events wrap the message (message_start) or carry a delta.
   if (type === 'message_start' && isObj(o.message)) {
     absorb(f, o.message);
     return;
@@ -116,6 +121,58 @@ export function absorb(f: AnswerFacts, o: unknown): void {
   }
 }
 
+const CALL_ITEM = new Set(['function_call', 'custom_tool_call', 'local_shell_call', 'mcp_call']);
+
+/**
+ * An OpenAI Responses API answer: the response object itself (a JSON answer), or one of
+ * its stream events. `response.created` and the final `response.completed` /
+ * `.incomplete` / `.failed` carry the response (the last one its usage and every
+ * output item); the item and delta events in between only tell whether anything
+ * visible came back.
+ */
+function responsesEvent(f: AnswerFacts, o: Record<string, unknown>): void {
+  const type = o.type;
+  if (o.object !== 'response') {
+    if (isObj(o.response)) responsesEvent(f, o.response);
+    else if (type === 'response.output_item.added' || type === 'response.output_item.done') {
+      if (isObj(o.item) && CALL_ITEM.has(String(o.item.type))) f.visible = true;
+      else f.visible ??= false;
+    } else if (typeof type === 'string' && type.endsWith('.delta') && nonBlank(o.delta)) f.visible = true;
+    return;
+  }
+  if (typeof o.id === 'string' && ID.test(o.id)) f.id = o.id;
+  if (typeof o.model === 'string' && ID.test(o.model)) f.model = o.model;
+  if (Array.isArray(o.output) && o.output.length) {
+    const items = o.output.filter(isObj);
+    const called = items.some((i) => CALL_ITEM.has(String(i.type)));
+    const said = items.some(
+      (i) =>
+        i.type === 'message' &&
+        Array.isArray(i.content) &&
+        i.content.some((c) => isObj(c) && (nonBlank(c.text) || nonBlank(c.refusal))),
+    );
+    f.visible = called || said || f.visible === true;
+    if (o.status === 'completed') f.finish_reason = called ? 'tool_calls' : 'stop';
+  }
+  if (o.status === 'incomplete' && isObj(o.incomplete_details))
+    f.finish_reason = code(o.incomplete_details.reason) ?? f.finish_reason;
+  if (isObj(o.error)) {
+    f.error_code = code(o.error.code) ?? f.error_code;
+    f.error_type = code(o.error.type) ?? f.error_type;
+  }
+  const u = o.usage;
+  if (isObj(u) && typeof u.input_tokens === 'number') {
+    const details = u.input_tokens_details;
+    f.usage = {
+      // input_tokens counts the cached ones too
+      prompt_tokens: int(u.input_tokens),
+      completion_tokens: int(u.output_tokens),
+      cached_tokens: isObj(details) ? int(details.cached_tokens) : 0,
+      raw: u,
+    };
+  }
+}
+
 /**
  * Anthropic counts cached prompt tokens apart: the prompt is input + cache reads + cache
  * writes. message_start carries the input side, message_delta the final output count
@@ -156,8 +213,11 @@ export function jsonFacts(text: string): AnswerFacts | undefined {
 // lines finds them, and only the lines it finds are cut out and parsed. Text deltas
 // (the bulk of a stream) are looked at only until something visible came.
 const MEANINGFUL =
-  /"usage"|"finish_reason":"|"stop_reason"|"message_start"|"content_block_start"|"error"|"tool_calls"/g;
-const MEANINGFUL_OR_CONTENT = new RegExp(`${MEANINGFUL.source}|"(?:content|text|partial_json)":"`, 'g');
+  /"usage"|"finish_reason":"|"stop_reason"|"message_start"|"content_block_start"|"error"|"tool_calls"|"response\.(?:created|completed|incomplete|failed)"/g;
+const MEANINGFUL_OR_CONTENT = new RegExp(
+  `${MEANINGFUL.source}|"(?:content|text|partial_json|delta)":"|"response\\.output_item\\.added"`,
+  'g',
+);
 /** A line longer than this is passed through unread (no usage chunk is that long). */
 const MAX_LINE = 1 << 20; // 1 MiB
 /**
@@ -180,8 +240,14 @@ export class SseReader {
   private partial = '';
   private first = true;
   private skipping = false;
-  /** Tail mode: the latest decoded chunks, at least TAIL characters when there are that many. */
+  /**
+   * Tail mode: the latest decoded chunks, at least TAIL characters when there are that
+   * many, from the start of the line those begin in (a Responses stream's last event
+   * holds the whole response, often longer than TAIL), up to MAX_LINE more.
+   */
   private tail: string[] | undefined;
+  /** Per tail chunk: where its first newline is (-1: none). */
+  private tailNl: number[] = [];
   private tailLength = 0;
   private trimmed = false;
 
@@ -189,9 +255,11 @@ export class SseReader {
     const fresh = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
     if (this.tail !== undefined) {
       this.tail.push(fresh);
+      this.tailNl.push(fresh.indexOf('\n'));
       this.tailLength += fresh.length;
-      while (this.tail.length > 1 && this.tailLength - this.tail[0].length >= TAIL) {
+      while (this.tail.length > 1 && this.canDropOldest()) {
         this.tailLength -= (this.tail.shift() as string).length;
+        this.tailNl.shift();
         this.trimmed = true;
       }
       return;
@@ -211,6 +279,7 @@ export class SseReader {
     this.scan(text);
     if (!this.first && this.facts.visible === true && !this.skipping) {
       this.tail = [this.partial];
+      this.tailNl = [this.partial.indexOf('\n')];
       this.tailLength = this.partial.length;
       this.partial = '';
     }
@@ -230,6 +299,20 @@ export class SseReader {
     this.partial = '';
     if (rest && !this.skipping) this.scan(`${rest}\n`);
     return this.facts;
+  }
+
+  /** Whether the tail without its oldest chunk still holds TAIL characters from a line's start. */
+  private canDropOldest(): boolean {
+    const tail = this.tail as string[];
+    const rest = this.tailLength - tail[0].length;
+    if (rest < TAIL) return false;
+    if (rest > TAIL + MAX_LINE) return true;
+    let at = 0;
+    for (let i = 1; i < tail.length; i++) {
+      if (this.tailNl[i] >= 0) return rest - (at + this.tailNl[i] + 1) >= TAIL;
+      at += tail[i].length;
+    }
+    return false;
   }
 
   private keep(tail: string): void {

@@ -155,3 +155,19 @@ export async function finalRow(v: Vigil): Promise<import('../../core/notifier/de
   const row = await eventually(async () => (await v.deliveryLog.recent()).find((r) => r.outcome !== 'retried'));
   return row!;
 }
+
+/** Makes `session` loop: `n` identical reads of one file that land nothing (the router tests cap such a session). */
+export async function loopSession(vigil: Vigil, session: string, n = 10): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    await vigil.progress({
+      session_id: session,
+      tool: 'read',
+      call_id: `r${i}`,
+      fingerprint: 'f'.repeat(64),
+      target: 'src/app.js',
+      exit: 0,
+      landed: false,
+      ts: Date.now(),
+    });
+  }
+}

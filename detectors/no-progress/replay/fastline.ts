@@ -40,7 +40,16 @@ export const TOOL_KEYS = [
   'landed',
   'result_fingerprint',
 ] as const;
-export const MARKER_KEYS = ['kind', 'session_id', 'parent_session_id', 'agent', 'ts', 'call_id', 'landed'] as const;
+export const MARKER_KEYS = [
+  'kind',
+  'session_id',
+  'parent_session_id',
+  'agent',
+  'ts',
+  'call_id',
+  'landed',
+  'stopped',
+] as const;
 export const REQUEST_KEYS = [
   'session_id',
   'parent_session_id',
@@ -105,6 +114,8 @@ function markerOf(o: Record<string, unknown>): MarkerEvent | undefined {
   if (!onlyKeys(o, MARKER_SET) || !commonOk(o)) return undefined;
   if (o.call_id !== undefined && !isId(o.call_id)) return undefined;
   if (o.landed !== undefined && o.landed !== false) return undefined;
+  // `stopped` belongs to agent_loop markers, which zod takes
+  if (o.stopped !== undefined) return undefined;
   const e: Record<string, unknown> = { kind: o.kind, session_id: o.session_id };
   if (o.parent_session_id !== undefined) e.parent_session_id = o.parent_session_id;
   if (o.agent !== undefined) e.agent = o.agent;

@@ -8,14 +8,16 @@ import {
   sessionKeyHeader,
 } from '../../core/session-key.ts';
 
-// The hook bridge's one HTTP client: every request to Vigil goes through here, with
-// the sensor's name in x-vigil-plugin, the ingestion token when set, and a hard
-// timeout. Any failure is `undefined`: the bridge then has no opinion (fail open).
+// The one HTTP client of every command-hook bridge: each request to Vigil goes through
+// here, with the sensor's name in x-vigil-plugin, the session keys of the sessions it
+// names, the ingestion token when set, and a hard timeout. Any failure is `undefined`:
+// the bridge then has no opinion (fail open). zod/mini: Claude Code's bundle stays small.
 
 declare const __VIGIL_HOOK_VERSION__: string | undefined;
 /** `<package version>+<bundle hash>` in a bundle (build.mjs), `dev` from the sources. */
 export const HOOK_VERSION = typeof __VIGIL_HOOK_VERSION__ === 'string' ? __VIGIL_HOOK_VERSION__ : '0.1.0+dev';
-export const HOOK_ID = `vigil-claude-code/${HOOK_VERSION}`;
+/** What a sensor's bridge sends in x-vigil-plugin: `vigil-<sensor>/<version>`. */
+export const hookId = (sensor: string): string => `vigil-${sensor}/${HOOK_VERSION}`;
 
 const Env = z.object({
   VIGIL_URL: z.optional(z.url({ protocol: /^https?$/ })),
@@ -49,10 +51,10 @@ export function clientSettings(env: NodeJS.ProcessEnv): ClientSettings {
 }
 
 export class VigilClient {
-  /** `id` is the sensor's plugin header value, `vigil-<sensor>/<version>` (default Claude Code's). */
+  /** `id` is the sensor's plugin header value (hookId). */
   constructor(
     private readonly s: ClientSettings,
-    private readonly id: string = HOOK_ID,
+    private readonly id: string,
   ) {}
 
   private headers(json: boolean, sessions: readonly string[]): Record<string, string> {
