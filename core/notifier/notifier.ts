@@ -51,7 +51,10 @@ interface ChannelStep {
   entry: ChannelEntry;
   alert: Alert;
   episode: number;
-  notifier: Notifier;
+  /** What the stages act through: the gate's store, the queue, the suppression log. */
+  store: Store;
+  enqueue(channel: string, a: Alert): Promise<ChannelEnd>;
+  suppress(e: ChannelEntry, a: Alert, reason: string): Promise<ChannelEnd>;
 }
 
 type ChannelEnd = { outcome: RouteOutcome; reason?: string; job_id?: string };
@@ -83,14 +86,14 @@ const CHANNEL_STAGES: readonly ChannelStage[] = [
     // what the channel was told of the incident; quiet window and rate limit for one new to it
     name: 'admit',
     run: async (step) => {
-      const { entry, alert, episode, notifier } = step;
-      const g = await admit(notifier.gateStore, entry, alert, episode).catch(
+      const { entry, alert, episode } = step;
+      const g = await admit(step.store, entry, alert, episode).catch(
         (err) => ({ ok: false, error: err as Error }) as const,
       );
       if (!g.ok) {
         if ('error' in g) return { outcome: 'error', reason: g.error.message };
         if (!g.log) return { outcome: 'filtered', reason: g.reason };
-        return notifier.suppressFor(entry, alert, g.reason);
+        return step.suppress(entry, alert, g.reason);
       }
       // An escalation of an incident the channel was not told of goes out as its trigger.
       if (g.as !== alert.state) step.alert = { ...alert, state: g.as };
@@ -100,7 +103,7 @@ const CHANNEL_STAGES: readonly ChannelStage[] = [
   {
     // one job per (channel, transition), its id the transition's
     name: 'enqueue',
-    run: ({ entry, alert, notifier }) => notifier.enqueueFor(entry.name, alert),
+    run: (step) => step.enqueue(step.entry.name, step.alert),
   },
 ];
 
@@ -296,7 +299,14 @@ export class Notifier {
   private async fanOut(a: Alert, episode: number): Promise<NotifyResult['channels']> {
     return Promise.all(
       [...this.entries.values()].map(async (entry): Promise<NotifyResult['channels'][number]> => {
-        const ctx: ChannelStep = { entry, alert: a, episode, notifier: this };
+        const ctx: ChannelStep = {
+          entry,
+          alert: a,
+          episode,
+          store: this.store,
+          enqueue: (channel, x) => this.enqueue(channel, x),
+          suppress: (e, x, reason) => this.suppress(e, x, reason),
+        };
         for (const stage of CHANNEL_STAGES) {
           const end = await stage.run(ctx);
           if (end) return { name: entry.name, ...end };
@@ -304,21 +314,6 @@ export class Notifier {
         return { name: entry.name, outcome: 'error', reason: 'no stage queued it' };
       }),
     );
-  }
-
-  /** @internal the enqueue stage */
-  enqueueFor(channel: string, a: Alert) {
-    return this.enqueue(channel, a);
-  }
-
-  /** @internal the admit stage's suppressions */
-  suppressFor(e: ChannelEntry, a: Alert, reason: string) {
-    return this.suppress(e, a, reason);
-  }
-
-  /** @internal the admit stage's store */
-  get gateStore(): Store {
-    return this.store;
   }
 
   private async enqueue(
