@@ -103,7 +103,7 @@ interface Part {
   state?: { status: string; error?: string };
 }
 interface Message {
-  info: { id: string; role: string; summary?: boolean; error?: { name: string } };
+  info: { id: string; role: string; summary?: boolean; error?: { name: string }; time?: { completed?: number } };
   parts: Part[];
 }
 
@@ -296,8 +296,16 @@ describe.runIf(HAVE_OPENCODE)('auto_recover stages against opencode 1.18.33', ()
     // The root was aborted and stays idle; the stop holds: every conversation of the tree refused.
     await until('the stopped session idle', () => idle(root), { timeoutMs: 60_000, detail });
     // opencode itself: each stage cut its loop (three turns, each aborted, none ran to the
-    // script's end), two compactions with a summary.
-    let messages = await messagesOf(root);
+    // script's end), two compactions with a summary. idle can come a few hundred ms before
+    // the aborted message gets its error and completion time: read until all are complete.
+    let messages = await until(
+      'every assistant message of the stopped session complete',
+      async () => {
+        const ms = await messagesOf(root);
+        return ms.every((m) => m.info.role !== 'assistant' || m.info.time?.completed) ? ms : undefined;
+      },
+      { timeoutMs: 30_000, detail },
+    );
     const cut = segments(messages);
     const outline = JSON.stringify(cut);
     expect(cut, outline).toHaveLength(3);
