@@ -78,7 +78,18 @@ export async function vigilServe(
   const child = track(
     spawn(
       process.execPath,
-      [join(ROOT, 'bin/vigil.mjs'), 'serve', '--config', file, '--host', '127.0.0.1', '--port', String(port)],
+      [
+        // VIGIL_BENCH_PROF=<dir>: a CPU profile of each service, written when it stops.
+        ...(process.env.VIGIL_BENCH_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.VIGIL_BENCH_PROF}`] : []),
+        join(ROOT, 'bin/vigil.mjs'),
+        'serve',
+        '--config',
+        file,
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(port),
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, VIGIL_LOG_LEVEL: undefined, ...env } },
     ),
   );

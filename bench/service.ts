@@ -74,7 +74,7 @@ const keyOf = new Map(calls.slice(0, 200).map((c) => [c.session, `${c.session}=$
 const keyed = (i: number) => ({ 'x-vigil-session-key': keyOf.get(calls[i % calls.length].session) as string });
 const ev = (i: number) => {
   const c = calls[i % calls.length];
-  return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${t0 + (i % 60_000)}}`;
+  return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${t0 + Math.floor(i / 10)}}`;
 };
 
 interface Load {
@@ -109,6 +109,9 @@ function cpuOf(pid: number | undefined): number | undefined {
  * Each session's events go to one instance (the k-th url gets the sessions k mod N), as
  * a plugin that keeps its connection to one instance sends them.
  */
+/** The next request number no load has used yet. */
+let issued = 0;
+
 async function load(
   urls: string[],
   path: string,
@@ -117,12 +120,17 @@ async function load(
 ): Promise<Load> {
   const n = urls.length;
   const per = Math.max(1, Math.round(args.connections / n));
+  // Request numbers go on from the last load (the warm-up's included): a number used
+  // again would be a call id the service has judged already, a retry dropped before any
+  // judging. A multiple of 1000 keeps each session on its instance (200 sessions, n <= 8).
+  const base = Math.ceil(issued / 1000) * 1000;
   const rs = await Promise.all(
     urls.map((url, k) => {
-      let i = k;
+      let i = base + k;
       const next = (req: { headers?: Record<string, string> }) => {
         const b = { ...req, body: body(i), ...(headers ? { headers: { ...req.headers, ...headers(i) } } : {}) };
         i += n;
+        issued = Math.max(issued, i);
         return b;
       };
       return autocannon({

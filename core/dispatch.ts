@@ -114,19 +114,37 @@ export class Dispatch {
   }
 
   /** Progress events, each its own unit; a repeat (its call_id committed already) is skipped. */
-  async progress(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
+  /**
+   * Progress events, each its own unit (idempotent by call_id). `tail`, when given, runs
+   * at the end of the last event's unit and its answer is returned as `tail`: a read
+   * there is checked by that unit's commit, so it costs no round trip of its own
+   * (undefined when the last event was a repeat: nothing of it committed).
+   */
+  async progress<T = never>(
+    events: readonly ProgressEvent[],
+    origin: Origin = {},
+    tail?: () => Promise<T>,
+  ): Promise<{ transitions: readonly Transition[]; tail?: T }> {
     let all = NONE;
-    for (const ev of events) {
+    let last: T | undefined;
+    for (let i = 0; i < events.length; i++) {
+      const ev = events[i];
       const t0 = performance.now();
       const ids = ev.call_id === undefined ? [] : [inputKey('p', ev.session_id, ev.call_id)];
-      const r = await this.units.run(() => this.progressOne(ev, origin), ids);
+      const end = tail && i === events.length - 1 ? tail : undefined;
+      const r = await this.units.run(async () => {
+        const t = await this.progressOne(ev, origin);
+        return { t, tail: end ? await end() : undefined };
+      }, ids);
       if (r.repeat) continue;
       this.metrics.event(ev.kind);
       this.metrics.judged(t0);
-      if (r.value?.length) all = all === NONE ? [...r.value] : [...all, ...r.value];
+      const ts = r.value?.t;
+      if (ts?.length) all = all === NONE ? [...ts] : [...all, ...ts];
+      if (end) last = r.value?.tail;
     }
     this.emit('progress', { sessions: [...new Set(events.map((e) => e.session_id))] });
-    return all;
+    return { transitions: all, tail: last };
   }
 
   private async progressOne(ev: ProgressEvent, origin: Origin): Promise<readonly Transition[]> {

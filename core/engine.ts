@@ -48,12 +48,14 @@ export class Engine {
 
   /** Progress events judged; their transitions and their trees' pending directives. */
   async ingest(events: readonly ProgressEvent[], origin: Origin = {}): Promise<InputResult> {
-    const transitions = await this.dispatch.progress(events, origin);
-    return { transitions, directives: await this.pendingOf(events.map((e) => e.session_id)) };
+    const sessions = events.map((e) => e.session_id);
+    // The directives are read in the last event's unit: its commit checks them.
+    const r = await this.dispatch.progress(events, origin, () => this.pendingOf(sessions));
+    return { transitions: r.transitions, directives: r.tail ?? (await this.pendingOf(sessions)) };
   }
 
-  progress(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
-    return this.dispatch.progress(events, origin);
+  async progress(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
+    return (await this.dispatch.progress(events, origin)).transitions;
   }
 
   requests(records: readonly RequestRecord[]): Promise<readonly Transition[]> {

@@ -53,6 +53,33 @@ describe.each(backends())('units of work (%s)', (backend) => {
     expect(await store.counts('h', ['n'])).toEqual({ n: 2 });
   });
 
+  it('add: counters without a read back, in and out of a unit; a zero delta changes nothing', async () => {
+    const { store, units, base } = instance(backend, testPrefix());
+    await store.add('c', { n: 1, usd: 0.5 }, 60_000);
+    let reads = 0;
+    const counts = base.counts.bind(base);
+    base.counts = (key: string, fields?: readonly string[]) => {
+      reads++;
+      return counts(key, fields);
+    };
+    await units.run(async () => {
+      await store.add('c', { n: 2, usd: 0, zero: 0 }, 60_000);
+      await store.add('c', { n: 1 });
+      // (read your own writes: the stored counts plus this unit's deltas)
+      expect(await store.counts('c', ['n', 'usd'])).toEqual({ n: 4, usd: 0.5 });
+    });
+    base.counts = counts;
+    expect(reads).toBe(1); // the counts() above, none for the adds
+    expect(await store.counts('c', ['n', 'usd', 'zero'])).toEqual({ n: 4, usd: 0.5, zero: 0 });
+    await expect(
+      units.run(async () => {
+        await store.add('c', { n: 5 });
+        throw new Error('judge failed');
+      }),
+    ).rejects.toThrow(/judge failed/);
+    expect(await store.counts('c', ['n'])).toEqual({ n: 4 });
+  });
+
   it('an input id committed once makes every later unit with it a repeat, on any instance', async () => {
     const prefix = testPrefix();
     const one = instance(backend, prefix);

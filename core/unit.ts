@@ -253,15 +253,23 @@ export class UnitStore implements Store {
     if (!u) return this.base.incr(key, deltas, ttlMs);
     // Counters commute: the commit adds the deltas to whatever is there (no compare).
     const before = await this.counts(key, Object.keys(deltas));
-    const acc = { ...(u.deltas.get(key) ?? {}) };
     const out: Record<string, number> = {};
-    for (const [f, d] of Object.entries(deltas)) {
-      acc[f] = (acc[f] ?? 0) + d;
-      out[f] = (before[f] ?? 0) + d;
-    }
+    for (const [f, d] of Object.entries(deltas)) out[f] = (before[f] ?? 0) + d;
+    this.buffer(u, key, deltas, ttlMs);
+    return out;
+  }
+
+  async add(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<void> {
+    const u = current();
+    if (!u) return this.base.add(key, deltas, ttlMs);
+    this.buffer(u, key, deltas, ttlMs);
+  }
+
+  private buffer(u: Unit, key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): void {
+    const acc = { ...(u.deltas.get(key) ?? {}) };
+    for (const [f, d] of Object.entries(deltas)) acc[f] = (acc[f] ?? 0) + d;
     u.deltas.set(key, acc);
     u.writes.push({ op: 'hincr', key, deltas: { ...deltas }, ttlMs: ttlMs ?? 0 });
-    return out;
   }
 
   async counts(key: string, fields?: readonly string[]): Promise<Record<string, number>> {

@@ -299,7 +299,18 @@ export class Vigil {
 
   /** Parsed progress events through the engine, timing each session's first flag (the HTTP route's path too). */
   async judge(events: readonly ProgressEvent[], origin: Origin = {}): Promise<readonly Transition[]> {
-    const out = await this.engine.progress(events, origin);
+    return this.timed(events, await this.engine.progress(events, origin));
+  }
+
+  /** Parsed progress events as a sensor route takes them: their transitions and their trees' pending directives. */
+  async ingest(events: readonly ProgressEvent[], origin: Origin = {}): Promise<InputResult> {
+    const r = await this.engine.ingest(events, origin);
+    this.timed(events, r.transitions);
+    return r;
+  }
+
+  /** Records how long after its event each session's first flag came. */
+  private timed(events: readonly ProgressEvent[], out: readonly Transition[]): readonly Transition[] {
     if (!out.length) return out;
     const now = this.clock.now();
     const latest = new Map<string, number>();
@@ -311,12 +322,6 @@ export class Vigil {
       this.metrics.detected(latest.get(t.subject.id) ?? newest, now);
     }
     return out;
-  }
-
-  /** Parsed progress events as a sensor route takes them: their transitions and their trees' pending directives. */
-  async ingest(events: readonly ProgressEvent[], origin: Origin = {}): Promise<InputResult> {
-    const transitions = await this.judge(events, origin);
-    return { transitions, directives: await this.engine.pendingOf(events.map((e) => e.session_id)) };
   }
 
   /**

@@ -126,6 +126,10 @@ export class MemoryStore implements Store, UnitBackend {
     else this.m.set(key, { v: arr, exp: e?.exp });
   }
 
+  async add(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<void> {
+    await this.incr(key, deltas, ttlMs);
+  }
+
   async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
     const e = this.live(key);
     const h = (e?.v as Record<string, number> | undefined) ?? {};

@@ -439,6 +439,10 @@ export class RedisStore implements Store, UnitBackend {
     await this.client.vigilPushCapped(this.k(key), JSON.stringify(value), cap, ttlMs ?? 0);
   }
 
+  async add(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<void> {
+    await this.incr(key, deltas, ttlMs);
+  }
+
   async incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>> {
     const fields = Object.keys(deltas);
     const args: (string | number)[] = [];
@@ -589,7 +593,8 @@ export class RedisStore implements Store, UnitBackend {
           args.push('d', ki(w.key));
           break;
         case 'hincr': {
-          const fs = Object.entries(w.deltas);
+          // (a zero adds nothing: an absent field counts as 0; the expiry is still renewed)
+          const fs = Object.entries(w.deltas).filter(([, d]) => d !== 0);
           args.push('h', ki(w.key), w.ttlMs, fs.length);
           for (const [f, d] of fs) args.push(f, d);
           break;

@@ -62,6 +62,11 @@ export interface Store {
    * the hash's expiry. Many writers on one key never conflict (no compare-and-set).
    */
   incr(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<Record<string, number>>;
+  /**
+   * incr() when the new values are not needed: nothing is read back (inside a unit of
+   * work the deltas only join the commit, no read before it).
+   */
+  add(key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): Promise<void>;
   /** The counters at `key`: the fields named (0 when absent), or every field. */
   counts(key: string, fields?: readonly string[]): Promise<Record<string, number>>;
   /** Binary values (compact judge state). */

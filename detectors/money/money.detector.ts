@@ -199,8 +199,12 @@ export class MoneyDetector implements Detector {
       deltas[F.agent(agent, F.tokens)] = r.k;
     }
     if (r.flagged) addLoop(deltas, model, r);
+    // The new totals are read back only when a budget is set (they are what it compares).
+    const dayKey = mKeys.day(day);
     const [dt, tt] = await Promise.all([
-      this.store.incr(mKeys.day(day), deltas, k.retention + DAY),
+      anyBudget(k.budgets)
+        ? this.store.incr(dayKey, deltas, k.retention + DAY)
+        : this.store.add(dayKey, deltas, k.retention + DAY).then(() => ({})),
       // A tree's own counters only while a tree ceiling is set (one key per tree and day).
       // The zero adds read back where a Resume rebased the tree, in the same step.
       hasCeiling(k.budgets.tree)
@@ -352,7 +356,7 @@ export class MoneyDetector implements Detector {
     const k = this.d.knobs();
     const deltas: Record<string, number> = {};
     addLoop(deltas, f.model ?? 'unknown', f);
-    await this.store.incr(mKeys.day(dayOf(now, k.timezone)), deltas, k.retention + DAY);
+    await this.store.add(mKeys.day(dayOf(now, k.timezone)), deltas, k.retention + DAY);
   }
 
   /**
