@@ -9,6 +9,7 @@
 // run's alone. Rate: best of `rounds` on the 1x file, replay and bare rounds alternated.
 // Goals: replay >= 0.3x the bare loop's lines/s; peak memory at 4x about that at 1x.
 // Also printed: the peak of replay as it was (every input loaded into a list first).
+import 'reflect-metadata';
 import { spawnSync } from 'node:child_process';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

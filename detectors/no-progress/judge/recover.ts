@@ -51,6 +51,7 @@ export function rebase(s: SessionState, k: NoProgressKnobs, at: number): LevelCo
   for (let i = s.tgBase, end = i + TG_SLOTS * TG_W; i < end; i += TG_W) buf[i + 2] = 0;
   s.repUB = 0;
   s.failUB = 0;
+  s.tabExact = 0;
   // runs
   s.runLen = 0;
   s.runNull = false;

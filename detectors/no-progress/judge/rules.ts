@@ -143,25 +143,47 @@ export function tableSignals(s: SessionState): void {
   const recent = s.calls - s.cap;
   let fail = 0;
   let rep = 0;
+  // the latest call seq of a slot holding the maximum (the earliest when tied): the
+  // maximum stands until that slot leaves the recent window
+  let repSeq = 0;
+  let failSeq = 0;
   for (let i = s.fpBase, end = i + FP_SLOTS * FP_W; i < end; i += FP_W) {
     const w = buf[i + 2];
-    if ((w & U16) === 0 || buf[i + 4] <= recent) continue;
+    const seq = buf[i + 4];
+    if ((w & U16) === 0 || seq <= recent) continue;
     const lb = (w & U16) - (w >>> 16);
-    if (lb > rep) rep = lb;
-    if ((buf[i + 3] & U16) > fail) fail = buf[i + 3] & U16;
+    if (lb > rep || (lb === rep && seq < repSeq)) {
+      rep = lb;
+      repSeq = seq;
+    }
+    const streak = buf[i + 3] & U16;
+    if (streak > fail || (streak === fail && seq < failSeq)) {
+      fail = streak;
+      failSeq = seq;
+    }
   }
   if (s.readOnly) {
     // read-only agents: a failure streak on one target too (the same deleted file at other offsets)
     for (let i = s.tgBase, end = i + TG_SLOTS * TG_W; i < end; i += TG_W) {
-      if ((buf[i + 1] & U16) === 0 || buf[i + 3] <= recent) continue;
-      if (buf[i + 2] > fail) fail = buf[i + 2];
+      const seq = buf[i + 3];
+      if ((buf[i + 1] & U16) === 0 || seq <= recent) continue;
+      if (buf[i + 2] > fail || (buf[i + 2] === fail && seq < failSeq)) {
+        fail = buf[i + 2];
+        failSeq = seq;
+      }
     }
   }
   sig.fail = fail;
   sig.rep = rep;
   s.failUB = fail;
   s.repUB = rep;
+  // a zero maximum cannot fall; otherwise it stands while its slot is in the window
+  const until = Math.min(rep > 0 ? repSeq + s.cap : TAB_NEVER, fail > 0 ? failSeq + s.cap : TAB_NEVER);
+  s.tabExact = until;
 }
+
+/** tabExact when neither maximum can leave the window (both zero): exact until an update says otherwise. */
+const TAB_NEVER = 0x3fffffff;
 
 /**
  * The table signals and the window top, exact when they can decide the verdict (their
@@ -169,8 +191,12 @@ export function tableSignals(s: SessionState): void {
  */
 export function repeatSignals(s: SessionState, k: NoProgressKnobs, full: boolean): void {
   const topMin = s.readOnly ? k.top_ro_warn : k.top_warn;
-  if (full || s.failUB >= k.fail_warn || s.repUB >= k.session_repeat_warn) tableSignals(s);
-  else {
+  if (full || s.failUB >= k.fail_warn || s.repUB >= k.session_repeat_warn) {
+    if (s.calls < s.tabExact) {
+      sig.fail = s.failUB;
+      sig.rep = s.repUB;
+    } else tableSignals(s);
+  } else {
     sig.fail = s.failUB;
     sig.rep = s.repUB;
   }

@@ -145,6 +145,14 @@ export class SessionState {
    */
   repUB = 0;
   failUB = 0;
+  /**
+   * While calls < tabExact, repUB and failUB are not bounds but the exact table signals:
+   * a scan sets it to the first call at which a slot holding either maximum can leave the
+   * recent window, each update keeps the maxima exact, and one that may lower a maximum
+   * (a streak ending, a slot replaced) resets it to 0 (unknown). A stalling session with
+   * repeats then pays for the 64-slot scan about once a window, not on every call.
+   */
+  tabExact = 0;
 
   calls = 0;
   /** Effective landed events (repeats excluded). */

@@ -30,6 +30,7 @@ export function setAgent(s: SessionState, agent: string, k: NoProgressKnobs): vo
     readOnlySets.set(k, set);
   }
   s.readOnly = set.has(agent.toLowerCase());
+  s.tabExact = 0; // the failure streaks that count depend on it
 }
 
 export function resetSinceLanded(s: SessionState): void {
@@ -211,8 +212,16 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
     const lb = (buf[slot + 2] & U16) - (w >>> 16);
     if (lb > s.repUB) s.repUB = lb;
     if (streak > s.failUB) s.failUB = streak;
+    else if (streak === 0 && (w3 & U16) !== 0 && (w3 & U16) >= s.failUB) s.tabExact = 0; // the longest streak may have ended
   } else {
     novel = sameFp === 0;
+    if (minCount > 0 && s.tabExact !== 0) {
+      // the slot replaced may have held a maximum
+      const w = buf[minAt + 2];
+      const lb = (w & U16) - (w >>> 16);
+      const streak = buf[minAt + 3] & U16;
+      if ((lb > 0 && lb >= s.repUB) || (streak > 0 && streak >= s.failUB)) s.tabExact = 0;
+    }
     buf[minAt] = hi;
     buf[minAt + 1] = lo;
     buf[minAt + 2] = (((minCount < U16 ? minCount : U16 - 1) << 16) | Math.min(minCount + 1, U16)) >>> 0;
@@ -250,10 +259,15 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
   if (tslot >= 0) {
     const w = buf[tslot + 1];
     const c = w & U16;
+    const was = buf[tslot + 2];
     buf[tslot + 1] = (w & 0xffff0000) | (c < U16 ? c + 1 : c);
-    buf[tslot + 2] = failed ? buf[tslot + 2] + 1 : 0;
+    buf[tslot + 2] = failed ? was + 1 : 0;
     buf[tslot + 3] = seq;
-    if (buf[tslot + 2] > s.failUB) s.failUB = buf[tslot + 2];
+    if (buf[tslot + 2] > s.failUB) {
+      s.failUB = buf[tslot + 2];
+      // target streaks count for read-only agents only: for others the bound is now above the exact value
+      if (!s.readOnly) s.tabExact = 0;
+    } else if (!failed && was !== 0 && was >= s.failUB && s.readOnly) s.tabExact = 0;
     const ni = ((tslot - tb) / TG_W) * 2;
     if (s.names === undefined) s.names = new Array(TG_SLOTS * 2).fill(undefined);
     if (s.names[ni] === undefined) {
@@ -261,6 +275,7 @@ export function pushTool(s: SessionState, ev: ToolEvent, k: NoProgressKnobs): vo
       s.names[ni + 1] = ev.target;
     }
   } else {
+    if (tmin > 0 && s.readOnly && buf[tminAt + 2] !== 0 && buf[tminAt + 2] >= s.failUB) s.tabExact = 0;
     buf[tminAt] = th;
     buf[tminAt + 1] = (((tmin < U16 ? tmin : U16 - 1) << 16) | Math.min(tmin + 1, U16)) >>> 0;
     buf[tminAt + 2] = failed ? 1 : 0;
