@@ -67,14 +67,13 @@ const calls = Array.from({ length: 20_000 }, (_, i) => ({
   target: `src/file${i}.ts`,
   landed: i % 50 === 0,
 }));
-const t0 = Date.now() - 60_000;
 // Each session's key from a secret of this run, as the plugin derives it.
 const secret = randomBytes(32);
 const keyOf = new Map(calls.slice(0, 200).map((c) => [c.session, `${c.session}=${sessionKey(secret, c.session)}`]));
 const keyed = (i: number) => ({ 'x-vigil-session-key': keyOf.get(calls[i % calls.length].session) as string });
 const ev = (i: number) => {
   const c = calls[i % calls.length];
-  return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${t0 + Math.floor(i / 10)}}`;
+  return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${Date.now()}}`;
 };
 
 interface Load {
