@@ -113,38 +113,48 @@ export class Dispatch {
     if (this.events.listenerCount(name)) this.events.emit(name, payload);
   }
 
-  /** Progress events, each its own unit; a repeat (its call_id committed already) is skipped. */
   /**
-   * Progress events, each its own unit (idempotent by call_id). `tail`, when given, runs
-   * at the end of the last event's unit and its answer is returned as `tail`: a read
-   * there is checked by that unit's commit, so it costs no round trip of its own
-   * (undefined when the last event was a repeat: nothing of it committed).
+   * Progress events, in order, as one unit (a batch commits at once: on Redis one
+   * round trip for the batch, not one per event). Idempotent by call_id: an event whose
+   * call_id is committed already, or came earlier in the batch, is skipped. `tail`, when
+   * given, runs at the end of the unit and its answer is returned as `tail`: a read there
+   * is checked by the commit, so it costs no round trip of its own (undefined when every
+   * event was a repeat: nothing committed).
    */
   async progress<T = never>(
     events: readonly ProgressEvent[],
     origin: Origin = {},
     tail?: () => Promise<T>,
   ): Promise<{ transitions: readonly Transition[]; tail?: T }> {
-    let all = NONE;
-    let last: T | undefined;
-    for (let i = 0; i < events.length; i++) {
-      const ev = events[i];
-      const t0 = performance.now();
-      const ids = ev.call_id === undefined ? [] : [inputKey('p', ev.session_id, ev.call_id)];
-      const end = tail && i === events.length - 1 ? tail : undefined;
-      const r = await this.units.run(async () => {
-        const t = await this.progressOne(ev, origin);
-        return { t, tail: end ? await end() : undefined };
-      }, ids);
-      if (r.repeat) continue;
-      this.metrics.event(ev.kind);
-      this.metrics.judged(t0);
-      const ts = r.value?.t;
-      if (ts?.length) all = all === NONE ? [...ts] : [...all, ...ts];
-      if (end) last = r.value?.tail;
-    }
+    const ids = events.map((ev) => (ev.call_id === undefined ? undefined : inputKey('p', ev.session_id, ev.call_id)));
+    const r = await this.units.run(
+      async (seen) => {
+        let all = NONE;
+        const took: number[] = [];
+        const here = new Set<string>();
+        for (let i = 0; i < events.length; i++) {
+          const id = ids[i];
+          if (id !== undefined) {
+            if (seen.has(id) || here.has(id)) continue;
+            here.add(id);
+          }
+          const t0 = performance.now();
+          const ts = await this.progressOne(events[i], origin);
+          took.push(i, t0);
+          if (ts.length) all = all === NONE ? [...ts] : [...all, ...ts];
+        }
+        return { all, took, tail: tail ? await tail() : undefined };
+      },
+      [...new Set(ids.filter((id) => id !== undefined))],
+    );
     this.emit('progress', { sessions: [...new Set(events.map((e) => e.session_id))] });
-    return { transitions: all, tail: last };
+    if (r.repeat || !r.value) return { transitions: NONE };
+    const { all, took } = r.value;
+    for (let j = 0; j < took.length; j += 2) {
+      this.metrics.event(events[took[j]].kind);
+      this.metrics.judged(took[j + 1]);
+    }
+    return { transitions: all, tail: r.value.tail };
   }
 
   private async progressOne(ev: ProgressEvent, origin: Origin): Promise<readonly Transition[]> {

@@ -5,7 +5,7 @@ import { AppError } from './errors.ts';
 import { silentLogger } from './logger.ts';
 import { MemoryStore } from './store/memory.ts';
 import { RedisStore } from './store/redis.ts';
-import { afterCommit, type OutboxEntry, onDiscard, UnitStore, Units } from './unit.ts';
+import { afterCommit, type OutboxEntry, onDiscard, type UnitPlan, UnitStore, Units } from './unit.ts';
 
 // The unit of work against both backends (Redis: the real one, a prefix of its own).
 // Two "instances" are two stores (and two Units) on one namespace.
@@ -90,6 +90,63 @@ describe.each(backends())('units of work (%s)', (backend) => {
     expect(await two.units.run(() => bump(two.store), ['in:x'])).toEqual({ repeat: true });
     expect(await one.units.run(() => bump(one.store), ['in:x'])).toEqual({ repeat: true });
     expect(await one.store.get('n')).toBe(1);
+  });
+
+  it('a batch whose inputs are partly committed (on another instance) judges only the rest, once', async () => {
+    const prefix = testPrefix();
+    const one = instance(backend, prefix);
+    const two = backend === 'memory' ? one : instance(backend, prefix);
+    // Each input adds its number: a and b committed by one, then the batch a..d on two.
+    const batch = (u: typeof one, ids: string[]) =>
+      u.units.run(
+        async (seen) => {
+          const did: string[] = [];
+          for (const id of ids) {
+            if (seen.has(`in:${id}`)) continue;
+            did.push(id);
+            await u.store.add('sum', { [id]: 1 });
+          }
+          return did;
+        },
+        ids.map((id) => `in:${id}`),
+      );
+    expect(await batch(one, ['a', 'b'])).toEqual({ value: ['a', 'b'], repeat: false });
+    // Instance two does not know a and b are committed: the commit tells it, and it judges again.
+    expect(await batch(two, ['a', 'b', 'c', 'd'])).toEqual({ value: ['c', 'd'], repeat: false });
+    expect(await batch(one, ['b', 'c'])).toEqual({ repeat: true });
+    expect(await one.store.counts('sum')).toEqual({ a: 1, b: 1, c: 1, d: 1 });
+  });
+
+  it('a key written many times in one unit is committed once, with its last value; counters summed', async () => {
+    const { store, units, base } = instance(backend, testPrefix());
+    const plans: UnitPlan[] = [];
+    const commit = base.commitUnit.bind(base);
+    base.commitUnit = ((plan: UnitPlan) => {
+      plans.push(structuredClone(plan));
+      return commit(plan);
+    }) as typeof base.commitUnit;
+    await units.run(async () => {
+      for (let i = 1; i <= 5; i++) {
+        await store.update<number, void>('n', () => ({ value: i, result: undefined, ttlMs: 60_000 }));
+        await store.setBytes('b', new Uint8Array([i]));
+        await store.add('c', { x: 1, y: i });
+      }
+      await store.add('c', { x: 1 }, 5_000);
+      await store.del('gone');
+      await store.set('gone', 'back');
+    });
+    expect(plans).toHaveLength(1);
+    expect(plans[0].writes.map((w) => [w.op, 'key' in w ? w.key : ''])).toEqual([
+      ['set', 'n'],
+      ['set', 'b'],
+      ['hincr', 'c'],
+      ['set', 'gone'],
+    ]);
+    expect(plans[0].writes[2]).toMatchObject({ deltas: { x: 6, y: 15 }, ttlMs: 5_000 });
+    expect(await store.get('n')).toBe(5);
+    expect([...((await store.getBytes('b')) ?? [])]).toEqual([5]);
+    expect(await store.counts('c')).toEqual({ x: 6, y: 15 });
+    expect(await store.get('gone')).toBe('back');
   });
 
   it('concurrent units on two instances: every one counted once (a conflict is judged again)', async () => {

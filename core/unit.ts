@@ -39,7 +39,8 @@ export interface UnitPlan {
 export type UnitOutcome =
   /** Committed; the ids of the outbox entries it wrote, in order. */
   | { ok: true; outbox: string[] }
-  | { ok: false; repeat: true }
+  /** Some of its input ids are stored already (`present`): all of them makes the unit a repeat. */
+  | { ok: false; repeat: true; present: string[] }
   /** Keys read that changed meanwhile, with what they hold now. */
   | { ok: false; conflicts: [key: string, value: Raw][] };
 
@@ -73,6 +74,13 @@ class Unit {
   /** The unit's view: what it read or wrote last, per key. */
   readonly view = new Map<string, Raw>();
   readonly writes: UnitWrite[] = [];
+  /**
+   * Where the last set/del (or counter add) of a key sits in `writes`: a batch's later
+   * write of the key replaces it there (the commit is atomic, so only the last value of
+   * a key and the sum of its counter deltas matter; keys of different kinds never share
+   * a name).
+   */
+  readonly lastWrite = new Map<string, number>();
   readonly inputs: string[] = [];
   /** Counter deltas not yet committed, per key (read back by counts()). */
   readonly deltas = new Map<string, Record<string, number>>();
@@ -86,6 +94,7 @@ class Unit {
 }
 
 const als = new AsyncLocalStorage<Unit>();
+const NO_INPUTS: ReadonlySet<string> = new Set();
 
 /** The unit being judged now, if any (open). */
 function current(): Unit | undefined {
@@ -160,11 +169,22 @@ export class UnitStore implements Store {
     if (value === undefined) {
       if (u.view.get(key) === null) return;
       u.view.set(key, null);
-      u.writes.push({ op: 'del', key });
+      this.put(u, { op: 'del', key });
       return;
     }
     u.view.set(key, value);
-    u.writes.push({ op: 'set', key, value, ttlMs });
+    this.put(u, { op: 'set', key, value, ttlMs });
+  }
+
+  /** A set or del of a key, in place of the unit's earlier set or del of it. */
+  private put(u: Unit, w: UnitWrite & { op: 'set' | 'del' }): void {
+    const at = u.lastWrite.get(w.key);
+    const prev = at === undefined ? undefined : u.writes[at];
+    if (prev && (prev.op === 'set' || prev.op === 'del')) u.writes[at!] = w;
+    else {
+      u.lastWrite.set(w.key, u.writes.length);
+      u.writes.push(w);
+    }
   }
 
   async get<T>(key: string): Promise<T | undefined> {
@@ -185,7 +205,7 @@ export class UnitStore implements Store {
     if (!u) return this.base.del(key);
     // Deleting needs no read: the commit deletes whatever is there.
     u.view.set(key, null);
-    u.writes.push({ op: 'del', key });
+    this.put(u, { op: 'del', key });
   }
 
   async update<T, R>(key: string, fn: (current: T | undefined) => UpdateResult<T, R>): Promise<R> {
@@ -269,6 +289,16 @@ export class UnitStore implements Store {
     const acc = { ...(u.deltas.get(key) ?? {}) };
     for (const [f, d] of Object.entries(deltas)) acc[f] = (acc[f] ?? 0) + d;
     u.deltas.set(key, acc);
+    const at = u.lastWrite.get(key);
+    const prev = at === undefined ? undefined : u.writes[at];
+    if (prev?.op === 'hincr') {
+      // (counters add up: one write with the sums; the latest expiry)
+      const sum = { ...prev.deltas };
+      for (const [f, d] of Object.entries(deltas)) sum[f] = (sum[f] ?? 0) + d;
+      u.writes[at!] = { op: 'hincr', key, deltas: sum, ttlMs: ttlMs || prev.ttlMs };
+      return;
+    }
+    u.lastWrite.set(key, u.writes.length);
     u.writes.push({ op: 'hincr', key, deltas: { ...deltas }, ttlMs: ttlMs ?? 0 });
   }
 
@@ -378,11 +408,16 @@ export class Units {
 
   /**
    * Judges `fn` as one unit: its store writes commit together, or not at all. Inside a
-   * unit it joins it. `inputs` are the ids of the inputs it judges: when one is already
-   * committed the unit is a repeat and `repeat` is true (nothing written).
+   * unit it joins it. `inputs` are the ids of the inputs it judges; `fn` gets those
+   * already committed (`seen`) and must skip them: a batch retried after part of it
+   * committed judges only the rest. When every input is committed already the unit is a
+   * repeat: `fn` is not run and `repeat` is true (nothing written).
    */
-  async run<T>(fn: () => Promise<T> | T, inputs: readonly string[] = []): Promise<{ value?: T; repeat: boolean }> {
-    if (current()) return { value: await fn(), repeat: false };
+  async run<T>(
+    fn: (seen: ReadonlySet<string>) => Promise<T> | T,
+    inputs: readonly string[] = [],
+  ): Promise<{ value?: T; repeat: boolean }> {
+    if (current()) return { value: await fn(NO_INPUTS), repeat: false };
     const base = this.store.base;
     let done: { value?: T; repeat: boolean; entries: [string, OutboxEntry][]; after: (() => void)[] };
     if (base.serialUnits) {
@@ -401,18 +436,21 @@ export class Units {
     return { value: done.value, repeat: done.repeat };
   }
 
-  private async attempts<T>(fn: () => Promise<T> | T, inputs: readonly string[]) {
+  private async attempts<T>(fn: (seen: ReadonlySet<string>) => Promise<T> | T, inputs: readonly string[]) {
     const base = this.store.base;
     // (checked here, inside the memory backend's one-at-a-time section: a repeat is never judged)
-    if (inputs.some((k) => base.inputSeen(k))) return { repeat: true, entries: [], after: [] };
+    const seen = new Set<string>();
+    for (const k of inputs) if (base.inputSeen(k)) seen.add(k);
+    const REPEAT = { repeat: true, entries: [], after: [] };
+    if (seen.size && inputs.every((k) => seen.has(k))) return REPEAT;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const u = new Unit();
-      u.inputs.push(...inputs);
+      for (const k of inputs) if (!seen.has(k)) u.inputs.push(k);
       let value: T;
       let r: UnitOutcome;
       try {
         try {
-          value = await als.run(u, fn);
+          value = await als.run(u, fn, seen);
         } finally {
           u.closed = true;
         }
@@ -437,7 +475,11 @@ export class Units {
           after: u.after,
         };
       }
-      if ('repeat' in r) return { repeat: true, entries: [], after: [] };
+      if ('repeat' in r) {
+        // Inputs another instance (or an earlier try of this batch) committed: judge the rest.
+        for (const k of r.present) seen.add(k);
+        if (inputs.every((k) => seen.has(k))) return REPEAT;
+      }
       // Another writer changed what this unit read: judge again against what is there now.
     }
     throw new AppError('STORE_UNAVAILABLE', 'the store kept changing under this input; retry', { retryable: true });

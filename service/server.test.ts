@@ -47,7 +47,26 @@ const event = (session: string, i: number, extra: Record<string, unknown> = {}) 
 });
 const admin = { authorization: `Bearer ${TOKEN}` };
 
+// A batch is one unit: a resent batch judges only the events not committed yet, and a
+// call_id twice in one batch counts once (each read of the same file is one call).
+async function batchOnce(backend: 'memory' | 'redis') {
+  const a = await service({ backend });
+  const post = (ids: number[]) =>
+    a.app.inject({ method: 'POST', url: '/progress', payload: ids.map((i) => event('ses_bt', i)) });
+  expect((await post([1, 2, 2, 3])).statusCode).toBe(202);
+  const calls = async () =>
+    (await a.app.inject({ method: 'GET', url: '/sessions' }))
+      .json()
+      .find((r: { session: string }) => r.session === 'ses_bt').top_count;
+  expect(await calls()).toBe(3);
+  expect((await post([2, 3, 4, 5])).statusCode).toBe(202);
+  expect(await calls()).toBe(5);
+  expect((await post([1, 5])).json()).toMatchObject({ accepted: 2, verdicts: [] });
+  expect(await calls()).toBe(5);
+}
+
 describe.runIf(withMemory)('service API', () => {
+  it('a batch judges each call once: a resent batch only its new calls', () => batchOnce('memory'));
   it('accepts one progress event or a batch with 202, and shows the session in the readout', async () => {
     const { app } = await service();
     const one = await app.inject({
@@ -354,6 +373,8 @@ describe.runIf(withMemory)('service API', () => {
 });
 
 describe.runIf(withRedis)('service API on Redis', () => {
+  it('a batch judges each call once: a resent batch only its new calls', () => batchOnce('redis'));
+
   it('with Redis, PATCHed knobs survive a restart', async () => {
     const prefix = testPrefix();
     try {

@@ -194,7 +194,8 @@ export class MemoryStore implements Store, UnitBackend {
 
   /** Single-threaded and run one unit at a time: the reads still hold, so the writes apply as they are. */
   commitUnit(plan: UnitPlan): UnitOutcome {
-    if (plan.inputs.some((k) => this.inputs.peek(k))) return { ok: false, repeat: true };
+    const present = plan.inputs.filter((k) => this.inputs.peek(k));
+    if (present.length) return { ok: false, repeat: true, present };
     const conflicts: [string, Raw][] = [];
     for (const [k, v] of plan.reads) {
       const cur = this.peekRaw(k);

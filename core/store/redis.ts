@@ -127,7 +127,7 @@ if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return out`;
 
 // A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
-// then key indexes): one that exists makes the unit a repeat; the reads (count, then per
+// then key indexes): any that exists makes the unit a repeat, answered with which ones; the reads (count, then per
 // read: key index, '1' present / '0' absent, the value): any that changed is a conflict,
 // answered with what the key holds now; then the writes in order (count, then per write
 // its op and key index and its arguments). Nothing is written unless everything checks.
@@ -137,9 +137,11 @@ local function nx() local v = ARGV[a]; a = a + 1; return v end
 local ni = tonumber(nx())
 local ttl = nx()
 local ins = a
+local seen = {2}
 for i = 1, ni do
-  if redis.call('EXISTS', KEYS[tonumber(ARGV[ins + i - 1])]) == 1 then return {2} end
+  if redis.call('EXISTS', KEYS[tonumber(ARGV[ins + i - 1])]) == 1 then seen[#seen + 1] = i end
 end
+if #seen > 1 then return seen end
 a = a + ni
 local nr = tonumber(nx())
 local bad = {}
@@ -613,8 +615,9 @@ export class RedisStore implements Store, UnitBackend {
     const r = await this.client.vigilUnitBuffer(ks.length, ...ks, ...args);
     const code = Number(r[0]);
     if (code === 2) {
-      for (const k of plan.inputs) this.inputsSeen.set(this.k(k), true);
-      return { ok: false, repeat: true };
+      const present = r.slice(1).map((i) => plan.inputs[Number(i) - 1]);
+      for (const k of present) this.inputsSeen.set(this.k(k), true);
+      return { ok: false, repeat: true, present };
     }
     const bytesKeys = new Set<string>();
     for (const [k, v, bytes] of plan.reads) if (bytes || v instanceof Uint8Array) bytesKeys.add(k);
