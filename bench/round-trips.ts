@@ -10,7 +10,7 @@
 // MONITOR shows each command a client sent (a round trip here; commands a client
 // pipelines are counted one by one) and, marked `lua`, the commands run inside scripts:
 // printed apart. Markers are ECHOs from the bench's own connection, not counted.
-//   npm run bench:round-trips [-- --events 200 --looping 1 --gap 10]
+//   npm run bench:round-trips [-- --events 200 --looping 1 --gap 10 --show-args yes]
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
@@ -26,6 +26,8 @@ const args = benchArgs(
     looping: z.coerce.number().int().min(1).max(20).default(1),
     /** ms between an answer and the next marker: time for work done after answering. */
     gap: z.coerce.number().int().min(0).max(1000).default(10),
+    /** Print the last event's commit script arguments (long ones as their size). */
+    'show-args': z.enum(['yes', 'no']).default('no'),
   }),
 );
 
@@ -223,6 +225,27 @@ async function main(): Promise<void> {
       perEvent.length,
     )}`,
   );
+  // Inside the scripts, by command, and what the client sent (argument bytes): the server's
+  // cost per event grows with both.
+  const lua = new Map<string, number>();
+  let sent = 0;
+  for (const e of perEvent)
+    for (const l of e.lines) {
+      if (isLua(l)) lua.set(shape(l, prefix).split(' ')[0], (lua.get(shape(l, prefix).split(' ')[0]) ?? 0) + 1);
+      else sent += l.args.reduce((n, a) => n + Buffer.byteLength(a), 0);
+    }
+  console.log(
+    `  in-script, by command: ${[...lua]
+      .sort((a, b) => b[1] - a[1])
+      .map(([k, n]) => `${k} ${(n / perEvent.length).toFixed(2)}`)
+      .join(', ')}; argument bytes sent per event: mean ${Math.round(sent / perEvent.length)}`,
+  );
+  if (args['show-args'] === 'yes') {
+    const ev = perEvent[perEvent.length - 1].lines.find((l) => l.args[0]?.toLowerCase() === 'evalsha');
+    console.log(
+      ev?.args.map((a) => (a.length > 60 ? `<${Buffer.byteLength(a)}B>` : a.replace(prefix, '<p>'))).join(' | '),
+    );
+  }
   const plain = median(clients);
   const plainSeq = median(perEvent.map((e) => e.seq));
   for (const a of perAlert) {

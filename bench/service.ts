@@ -71,9 +71,9 @@ const calls = Array.from({ length: 20_000 }, (_, i) => ({
 const secret = randomBytes(32);
 const keyOf = new Map(calls.slice(0, 200).map((c) => [c.session, `${c.session}=${sessionKey(secret, c.session)}`]));
 const keyed = (i: number) => ({ 'x-vigil-session-key': keyOf.get(calls[i % calls.length].session) as string });
-const ev = (i: number) => {
+const ev = (i: number, id = i) => {
   const c = calls[i % calls.length];
-  return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${i}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${Date.now()}}`;
+  return `{"session_id":"${c.session}","agent":"build","tool":"read","call_id":"call_${id}","fingerprint":"${c.fingerprint}","target":"${c.target}","exit":0,"landed":${c.landed},"ts":${Date.now()}}`;
 };
 
 interface Load {
@@ -219,8 +219,17 @@ function redisConfig(): Record<string, unknown> {
   return { server, store: { backend: 'redis', redis_url: redisUrl, key_prefix: prefix } };
 }
 
-/** `k` events to a request: the batch form of POST /progress. */
-const batchOf = (k: number) => (i: number) => `[${Array.from({ length: k }, (_, j) => ev(i * k + j)).join(',')}]`;
+/**
+ * `k` events to a request: the batch form of POST /progress, as a sensor sends it (the
+ * calls of one agent's session; concurrent requests are of different sessions).
+ */
+const batchOf = (k: number) => (i: number) => {
+  // Request i is session i mod 200's next k calls: the calls it gets as single events
+  // (every 200th, so it lands as often), with call ids of their own.
+  const s = i % 200;
+  const first = Math.floor(i / 200) * k;
+  return `[${Array.from({ length: k }, (_, j) => ev((first + j) * 200 + s, i * k + j)).join(',')}]`;
+};
 /** Events per second one service core sustains at this load's CPU per request. */
 const perCore = (r: Load) => (r.cpuUs ? ((r.batch ?? 1) * 1e6) / r.cpuUs : Number.NaN);
 const k = (x: number) => (x >= 10_000 ? `${Math.round(x / 1000)}k` : String(Math.round(x)));
@@ -291,6 +300,9 @@ try {
         out.push(
           `  events/s per service core, batches of ${b} vs single: ${(perCore(rb) / perCore(one)).toFixed(2)}x${b === 50 ? '   (goal >= 5x)' : ''}; per Redis core: ${(rUs / (rb.redisUs ?? Number.NaN)).toFixed(2)}x`,
         );
+        // (commit scripts per request above 1: batches judged again after a conflict)
+        const per = (c: string) => (rb.commands?.find(([n]) => n === c)?.[1] ?? 0) * b;
+        out.push(`  per request: commit scripts ${per('evalsha').toFixed(2)}, get ${per('get').toFixed(2)}`);
       }
     }
     const oneKeyed = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, {
