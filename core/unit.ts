@@ -129,6 +129,16 @@ export function inUnit(): boolean {
 
 const isBytes = (v: Raw): v is Uint8Array => v instanceof Uint8Array;
 
+/** The unit's last write of a key that a later one may replace (set, del, counter add). */
+const lastWrite = (u: Unit, key: string): UnitWrite | undefined => {
+  const at = u.lastWrite.get(key);
+  return at === undefined ? undefined : u.writes[at];
+};
+const record = (u: Unit, key: string, w: UnitWrite): void => {
+  u.lastWrite.set(key, u.writes.length);
+  u.writes.push(w);
+};
+
 /**
  * The store every part of Vigil is given: outside a unit it is the backend; inside one
  * its reads come from the unit's view and its writes are buffered for the commit.
@@ -178,13 +188,9 @@ export class UnitStore implements Store {
 
   /** A set or del of a key, in place of the unit's earlier set or del of it. */
   private put(u: Unit, w: UnitWrite & { op: 'set' | 'del' }): void {
-    const at = u.lastWrite.get(w.key);
-    const prev = at === undefined ? undefined : u.writes[at];
-    if (prev && (prev.op === 'set' || prev.op === 'del')) u.writes[at!] = w;
-    else {
-      u.lastWrite.set(w.key, u.writes.length);
-      u.writes.push(w);
-    }
+    const prev = lastWrite(u, w.key);
+    if (prev?.op === 'set' || prev?.op === 'del') u.writes[u.lastWrite.get(w.key)!] = w;
+    else record(u, w.key, w);
   }
 
   async get<T>(key: string): Promise<T | undefined> {
@@ -289,17 +295,15 @@ export class UnitStore implements Store {
     const acc = { ...(u.deltas.get(key) ?? {}) };
     for (const [f, d] of Object.entries(deltas)) acc[f] = (acc[f] ?? 0) + d;
     u.deltas.set(key, acc);
-    const at = u.lastWrite.get(key);
-    const prev = at === undefined ? undefined : u.writes[at];
+    const prev = lastWrite(u, key);
     if (prev?.op === 'hincr') {
       // (counters add up: one write with the sums; the latest expiry)
       const sum = { ...prev.deltas };
       for (const [f, d] of Object.entries(deltas)) sum[f] = (sum[f] ?? 0) + d;
-      u.writes[at!] = { op: 'hincr', key, deltas: sum, ttlMs: ttlMs || prev.ttlMs };
+      u.writes[u.lastWrite.get(key)!] = { op: 'hincr', key, deltas: sum, ttlMs: ttlMs || prev.ttlMs };
       return;
     }
-    u.lastWrite.set(key, u.writes.length);
-    u.writes.push({ op: 'hincr', key, deltas: { ...deltas }, ttlMs: ttlMs ?? 0 });
+    record(u, key, { op: 'hincr', key, deltas: { ...deltas }, ttlMs: ttlMs ?? 0 });
   }
 
   async counts(key: string, fields?: readonly string[]): Promise<Record<string, number>> {

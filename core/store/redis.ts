@@ -127,10 +127,11 @@ if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return out`;
 
 // A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
-// then key indexes): any that exists makes the unit a repeat, answered with which ones; the reads (count, then per
-// read: key index, '1' present / '0' absent, the value): any that changed is a conflict,
-// answered with what the key holds now; then the writes in order (count, then per write
-// its op and key index and its arguments). Nothing is written unless everything checks.
+// then key indexes): any that exists makes the unit a repeat, answered with which ones;
+// the reads (count, then per read: key index, '1' present / '0' absent, the value): any
+// that changed is a conflict, answered with what the key holds now; then the writes in
+// order (count, then per write its op and key index and its arguments). Nothing is
+// written unless everything checks.
 const UNIT = `
 local a = 1
 local function nx() local v = ARGV[a]; a = a + 1; return v end
