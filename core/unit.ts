@@ -375,7 +375,12 @@ const RECONCILE_AFTER_MS = 5_000;
 /** Input ids are kept this long: a client's retry comes within it. */
 export const INPUT_TTL_MS = 15 * 60_000;
 
-export type OutboxHandler = (entry: OutboxEntry) => Promise<void>;
+/**
+ * Delivers one outbox entry (`id`: its id in the outbox). It resolves to 'done' when it
+ * removed the entry itself, in the same atomic step as its effect (the notifier's
+ * delivery script on Redis); to anything else when the entry is to be removed after it.
+ */
+export type OutboxHandler = (entry: OutboxEntry, id: string) => Promise<unknown>;
 
 /**
  * Runs units: judge, commit (or judge again on a conflict), then the after-commit work
@@ -508,8 +513,7 @@ export class Units {
       try {
         const h = this.handlers.get(e.kind);
         if (!h) throw new Error(`no handler for outbox entries of kind "${e.kind}"`);
-        await h(e);
-        await this.store.base.outboxDone([id]);
+        if ((await h(e, id)) !== 'done') await this.store.base.outboxDone([id]);
         n++;
       } catch (err) {
         this.logger.warn(

@@ -105,9 +105,12 @@ export class BullQueue implements AlertQueue {
       this.queue(channel);
       const w = new Worker<DeliverJob>(
         queueName(channel),
-        async (job, _token, signal) => {
+        // No third parameter (the job's abort signal): BullMQ then makes no AbortController
+        // per job. Nothing here cancels a BullMQ job (close waits for the active one, and
+        // the delivery timeout bounds it), so that signal never fired.
+        async (job) => {
           const attempt = job.attemptsMade + 1;
-          const out = await deliverer.attempt(job.data, attempt, signal, job.attemptsStarted);
+          const out = await deliverer.attempt(job.data, attempt, undefined, job.attemptsStarted);
           if (out.ok) return;
           if (out.final) throw new UnrecoverableError(out.reason);
           throw new RetryLater(out.reason, out.delayMs);

@@ -9,7 +9,7 @@ import type { Metrics } from '../metrics.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import { TOKENS } from '../tokens.ts';
-import type { DeliveryLog } from './delivery-log.ts';
+import type { Delivered, DeliveryLog, DeliveryRecord } from './delivery-log.ts';
 import type { Incident } from './lifecycle.ts';
 import { nextRetry, type RetryPolicy } from './retry.ts';
 
@@ -32,6 +32,9 @@ export type AttemptOutcome =
 type SendResult =
   | { ok: true }
   | { ok: false; retryable: boolean; reason: string; retryAfterMs?: number; gone?: boolean };
+
+/** How long a delivered job's row and sent mark wait for others to share their write, ms. */
+const FLUSH_MS = 2;
 
 /** A channel answered that its endpoint is gone (HTTP 410): the notifier disables it and says so. */
 export type OnGone = (channel: string, reason: string) => Promise<void>;
@@ -74,9 +77,39 @@ export class Deliverer {
     void p.finally(() => this.inflight.delete(p));
   }
 
+  /**
+   * Delivered jobs whose row and sent mark are not written yet: they go as one write
+   * within FLUSH_MS (a batch costs one round trip, not two per delivery).
+   */
+  private pending: Delivered[] = [];
+  private flushTimer: NodeJS.Timeout | undefined;
+
   /** Resolves once every delivery's sent mark and log row are written (their errors are logged, not thrown). */
   async settled(): Promise<void> {
-    while (this.inflight.size) await Promise.all(this.inflight);
+    for (;;) {
+      this.flush();
+      if (!this.inflight.size) return;
+      await Promise.all(this.inflight);
+    }
+  }
+
+  /** Writes the pending rows and marks now (one step; ahead of any later read on the store's connection). */
+  private flush(): void {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    if (!this.pending.length) return;
+    const batch = this.pending;
+    this.pending = [];
+    this.track(
+      this.log
+        .delivered(batch)
+        .catch((err) =>
+          this.logger.warn(
+            { err: (err as Error).message, rows: batch.length },
+            'could not write the delivery log and sent marks',
+          ),
+        ),
+    );
   }
 
   channelNames(): string[] {
@@ -98,22 +131,16 @@ export class Deliverer {
       ? await this.send(ch, job.alert, outer)
       : { ok: false, retryable: false, reason: `channel "${job.channel}" is not configured` };
     const tries = Math.max(attempt, started);
-    const log = this.logger.child({
-      channel: job.channel,
-      dedup_key: job.alert.dedup_key,
-      state: job.alert.state,
-      attempt,
-    });
+    // (the fields of every line about this attempt; no child logger per delivery, which costs more)
+    const about = { channel: job.channel, dedup_key: job.alert.dedup_key, state: job.alert.state, attempt };
     if (sent.ok) {
-      log.info('alert delivered');
+      this.logger.info(about, 'alert delivered');
       this.metrics?.deliverySeconds.observe({ channel: job.channel }, (this.clock.now() - job.alert.at) / 1000);
-      // The sent mark and the log row go out now, but the lane does not wait for their
-      // answer: its next job starts while they travel (a round trip less per delivery).
-      // They are ahead of anything the next job reads on the store's connection, and
-      // settled() (the queue's idle and close) waits for them.
-      this.track(
-        Promise.all([job.alert.test ? undefined : this.markSent(job), this.record(job, ch?.type, 'delivered', tries)]),
-      );
+      // The sent mark and the log row go out within FLUSH_MS, with those of the deliveries
+      // around it (one script on Redis), and the lane does not wait for them: its next job
+      // starts at once. A read of the marks (dropped) writes them first, and settled()
+      // (the queue's idle and close) waits for them.
+      this.delivered(job, ch?.type, tries);
       return { ok: true };
     }
     if (sent.gone && !job.alert.test) await this.onGone?.(job.channel, sent.reason);
@@ -122,13 +149,16 @@ export class Deliverer {
         ? nextRetry(this.policy, attempt, this.clock.now() - job.alert.at, sent.retryAfterMs)
         : undefined;
     if (next?.retry) {
-      log.warn({ reason: sent.reason, retry_in_ms: next.delayMs }, 'alert delivery failed, will retry');
+      this.logger.warn(
+        { ...about, reason: sent.reason, retry_in_ms: next.delayMs },
+        'alert delivery failed, will retry',
+      );
       await this.record(job, ch?.type, 'retried', tries, sent.reason, next.delayMs);
       return { ok: false, final: false, reason: sent.reason, delayMs: next.delayMs };
     }
     // The last failure is the reason; running out of time says so (running out of attempts is the count).
     const why = next?.retry === false && next.why === 'age' ? `${sent.reason} (gave up at max_age)` : sent.reason;
-    log.warn({ reason: why, retryable: sent.retryable }, 'alert delivery failed');
+    this.logger.warn({ ...about, reason: why, retryable: sent.retryable }, 'alert delivery failed');
     await this.record(job, ch?.type, 'failed', tries, why);
     return { ok: false, final: true, reason: why };
   }
@@ -142,23 +172,24 @@ export class Deliverer {
     retryInMs?: number,
   ): Promise<void> {
     this.metrics?.deliveries.inc({ channel: job.channel, outcome });
+    // (rows pending go first: the log keeps the order things happened in)
+    this.flush();
     await this.log
-      .record({
-        job_id: job.id,
-        at: this.clock.now(),
-        channel: job.channel,
-        type,
-        dedup_key: job.alert.dedup_key,
-        state: job.alert.state,
-        severity: job.alert.severity,
-        title: job.alert.title,
-        ...(job.alert.test ? { test: true } : {}),
-        outcome,
-        attempts,
-        ...(reason !== undefined ? { reason } : {}),
-        ...(retryInMs !== undefined ? { retry_in_ms: retryInMs } : {}),
-      })
+      .record(row(job, this.clock.now(), type, outcome, attempts, reason, retryInMs))
       .catch((err) => this.logger.warn({ err: (err as Error).message }, 'could not write the delivery log'));
+  }
+
+  /** A delivery's log row and, unless it is a test alert, its channel's sent mark: pending for the next flush. */
+  private delivered(job: DeliverJob, type = 'unknown', attempts: number): void {
+    this.metrics?.deliveries.inc({ channel: job.channel, outcome: 'delivered' });
+    const sent = job.alert.test
+      ? undefined
+      : { key: keys.sent(job.channel, job.alert.dedup_key), seq: job.alert.seq, ttlMs: TTL.sent };
+    this.pending.push({ row: row(job, this.clock.now(), type, 'delivered', attempts), sent });
+    if (!this.flushTimer) {
+      this.flushTimer = setTimeout(() => this.flush(), FLUSH_MS);
+      this.flushTimer.unref();
+    }
   }
 
   /**
@@ -169,6 +200,8 @@ export class Deliverer {
    */
   private async dropped(job: DeliverJob, attempt: number, started: number): Promise<string | undefined> {
     if (job.alert.test || (attempt === 1 && started <= 1)) return undefined;
+    // (marks still pending go first, so the reads below see them)
+    this.flush();
     const [sent, incident] = await Promise.all([
       this.store.get<number>(keys.sent(job.channel, job.alert.dedup_key)).catch(() => undefined),
       job.alert.state === 'resolve'
@@ -178,16 +211,6 @@ export class Deliverer {
     if (sent !== undefined && sent > job.alert.seq) return 'superseded: a later transition was already delivered';
     if (incident && !incident.open && incident.seq > job.alert.seq) return 'dropped: the incident was resolved first';
     return undefined;
-  }
-
-  private async markSent(job: DeliverJob): Promise<void> {
-    await this.store
-      .update<number, void>(keys.sent(job.channel, job.alert.dedup_key), (cur) => ({
-        value: Math.max(cur ?? 0, job.alert.seq),
-        result: undefined,
-        ttlMs: TTL.sent,
-      }))
-      .catch((err) => this.logger.warn({ err: (err as Error).message }, 'could not record the delivered transition'));
   }
 
   private async send(ch: Channel, alert: Alert, outer?: AbortSignal): Promise<SendResult> {
@@ -231,6 +254,33 @@ export class Deliverer {
       aborted.catch(() => {});
     }
   }
+}
+
+/** One delivery-log row of a job. */
+function row(
+  job: DeliverJob,
+  at: number,
+  type: string,
+  outcome: DeliveryRecord['outcome'],
+  attempts: number,
+  reason?: string,
+  retryInMs?: number,
+): DeliveryRecord {
+  return {
+    job_id: job.id,
+    at,
+    channel: job.channel,
+    type,
+    dedup_key: job.alert.dedup_key,
+    state: job.alert.state,
+    severity: job.alert.severity,
+    title: job.alert.title,
+    ...(job.alert.test ? { test: true } : {}),
+    outcome,
+    attempts,
+    ...(reason !== undefined ? { reason } : {}),
+    ...(retryInMs !== undefined ? { retry_in_ms: retryInMs } : {}),
+  };
 }
 
 /** A failure as the delivery log, the test-alert answer and the log show it: one line, every known secret scrubbed. */

@@ -1,7 +1,10 @@
 import type { EventEmitter } from 'node:events';
+import type { Cluster, Redis } from 'ioredis';
 import type { AlertState, Severity } from '../alert.ts';
 import { keys } from '../store/keys.ts';
+import { RedisStore, storeError } from '../store/redis.ts';
 import type { Store } from '../store/store.ts';
+import { UnitStore } from '../unit.ts';
 
 /** One row of the delivery log: what the worker did with one queued transition. */
 export interface DeliveryRecord {
@@ -28,20 +31,93 @@ export interface DeliveryRecord {
 
 const KEY = keys.deliveries;
 
+/** A channel's sent mark: the highest seq of an incident it delivered (the superseded check reads it). */
+export interface SentMark {
+  key: string;
+  seq: number;
+  ttlMs: number;
+}
+
+// Delivered jobs' rows and sent marks in one step (one round trip for a batch, instead of
+// two per delivery). KEYS[1] = the log list, then the sent marks; ARGV[1] = the cap, then
+// per delivery: its row, its mark's index in KEYS (0: none, a test alert), its seq, the
+// mark's ttl. A mark only rises; its expiry is renewed.
+const DELIVERED = `
+for i = 2, #ARGV, 4 do
+  redis.call('LPUSH', KEYS[1], ARGV[i])
+  local m = tonumber(ARGV[i + 1])
+  if m > 0 then
+    local cur = tonumber(redis.call('GET', KEYS[m]) or '0') or 0
+    if tonumber(ARGV[i + 2]) > cur then redis.call('SET', KEYS[m], ARGV[i + 2], 'PX', ARGV[i + 3])
+    else redis.call('PEXPIRE', KEYS[m], ARGV[i + 3]) end
+  end
+end
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+return 1`;
+
+/** One delivered job: its row and, unless it is a test alert, its channel's sent mark. */
+export interface Delivered {
+  row: DeliveryRecord;
+  sent: SentMark | undefined;
+}
+
+type DeliveredClient = (Redis | Cluster) & {
+  vigilDelivered(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
+};
+
 /**
  * Recent deliveries and failures, capped. Written by the worker itself (not from
  * queue events, which a listener can miss), so what is shown is what happened.
  */
 export class DeliveryLog {
+  /** Redis: the row and the sent mark go as one script. */
+  private readonly redis: RedisStore | undefined;
+
   constructor(
     private readonly store: Store,
     private readonly cap: number,
     private readonly events?: EventEmitter,
-  ) {}
+  ) {
+    const base = store instanceof UnitStore ? store.base : store;
+    if (base instanceof RedisStore) {
+      this.redis = base;
+      base.client.defineCommand('vigilDelivered', { lua: DELIVERED });
+    }
+  }
 
   async record(r: DeliveryRecord): Promise<void> {
     await this.store.pushCapped(KEY, r, this.cap);
     this.events?.emit('delivery', r);
+  }
+
+  /** Delivered jobs' rows and sent marks, in order (on Redis one script for all). */
+  async delivered(batch: readonly Delivered[]): Promise<void> {
+    if (!this.redis) {
+      // (all issued at once, in order)
+      await Promise.all(
+        batch.flatMap(({ row, sent }) => [
+          sent &&
+            this.store.update<number, void>(sent.key, (cur) => ({
+              value: Math.max(cur ?? 0, sent.seq),
+              result: undefined,
+              ttlMs: sent.ttlMs,
+            })),
+          this.store.pushCapped(KEY, row, this.cap),
+        ]),
+      );
+    } else if (batch.length) {
+      const s = this.redis;
+      const ks = [s.redisKey(KEY)];
+      const args: (string | number)[] = [this.cap];
+      for (const { row, sent } of batch) {
+        if (sent) ks.push(s.redisKey(sent.key));
+        args.push(JSON.stringify(row), sent ? ks.length : 0, sent?.seq ?? 0, sent?.ttlMs ?? 0);
+      }
+      await (s.client as unknown as DeliveredClient).vigilDelivered(ks.length, ...ks, ...args).catch((err: unknown) => {
+        throw storeError(err);
+      });
+    }
+    for (const { row } of batch) this.events?.emit('delivery', row);
   }
 
   recent(limit = 100): Promise<DeliveryRecord[]> {

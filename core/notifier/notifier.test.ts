@@ -14,6 +14,7 @@ import {
   withRedis,
 } from '../../test/helpers/index.ts';
 import { FakeClock } from '../clock.ts';
+import { keys } from '../store/keys.ts';
 import type { RedisStore } from '../store/redis.ts';
 import type { Vigil } from '../vigil.ts';
 import type { BullQueue } from './bullmq-queue.ts';
@@ -411,14 +412,16 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     await v.notifier.notify(alert({ dedup_key: 'warm-up', severity: 'critical' }));
     expect(await v.queue.depth()).toBe(2); // (after the queues' own set-up commands)
     let warning: NotifyResult | undefined;
-    // The unit's commit (incident and outbox entry), the delivery script, the entry done.
-    const three = ['evalsha', 'evalsha', 'xdel'];
-    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(three);
+    // The unit's commit (incident and outbox entry), then the delivery script (which also
+    // deletes the entry: no XDEL of its own).
+    const two = ['evalsha', 'evalsha'];
+    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(two);
+    expect(await v.store.base.outboxRead(10)).toEqual([]);
     // The escalation is the desk's escalation and the pager's trigger (its gate picks that job).
     let critical: NotifyResult | undefined;
     expect(
       await commandsDuring(v, async () => (critical = await v.notifier.notify(alert({ severity: 'critical' })))),
-    ).toEqual(three);
+    ).toEqual(two);
     // A repeat that changes nothing is one command too, and queues nothing.
     expect(await commandsDuring(v, () => v.notifier.notify(alert({ severity: 'critical' })))).toEqual(['evalsha']);
     const jobs = [...warning!.channels, ...critical!.channels].filter((c) => c.outcome === 'queued');
@@ -451,6 +454,122 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     await eventually(() => b.sent.length === 1);
     expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
     expect(await v.store.base.outboxRead(10)).toEqual([]);
+  });
+});
+
+describe.runIf(withRedis)('notifier outbox on redis', () => {
+  it('the delivery script deletes the entry with its jobs: a crash right after it leaves nothing to send again', async () => {
+    const { v, b } = await setup('redis', [{ name: 'rec' }]);
+    // The process "dies" after the script: the unit's own removal never runs.
+    const base = v.store.base;
+    let removals = 0;
+    base.outboxDone = async () => {
+      removals++;
+    };
+    const r = await v.notifier.notify(alert());
+    expect(r.channels).toMatchObject([{ name: 'rec', outcome: 'queued' }]);
+    expect(removals).toBe(0);
+    expect(await base.outboxRead(10)).toEqual([]);
+    expect(await v.units.reconcile(true)).toBe(0);
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 1);
+    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
+  });
+
+  it('a crash before the delivery script leaves the entry for the reconciler, which sends it once', async () => {
+    const { v, b } = await setup('redis', [{ name: 'rec' }]);
+    const client = (v.store.base as RedisStore).client as unknown as Record<string, (...a: unknown[]) => unknown>;
+    const commit = client.vigilCommit;
+    // The connection drops between the unit's commit and the delivery script.
+    client.vigilCommit = async () => {
+      throw new Error('Connection is closed.');
+    };
+    const r = await v.notifier.notify(alert());
+    expect(r).toMatchObject({ fired: 'trigger', channels: [] });
+    expect(await v.store.base.outboxRead(10)).toHaveLength(1);
+    client.vigilCommit = commit;
+    expect(await v.units.reconcile(true)).toBe(1);
+    expect(await v.store.base.outboxRead(10)).toEqual([]);
+    expect(await v.units.reconcile(true)).toBe(0);
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 1);
+    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
+  });
+
+  it('an entry left behind for a transition already handed out is deleted by the script, not sent again', async () => {
+    const { v, b } = await setup('redis', [{ name: 'rec' }]);
+    const base = v.store.base as RedisStore;
+    await v.notifier.notify(alert());
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 1);
+    // The same entry again, as a second instance's copy or an old crash would leave it.
+    const copy = { kind: 'alert', alert: b.sent[0], episode: (await v.notifier.openAlerts())[0].opened_at };
+    await base.client.xadd(base.redisKey('outbox'), '*', 'v', JSON.stringify(copy));
+    expect(await base.outboxRead(10)).toHaveLength(1);
+    expect(await v.units.reconcile(true)).toBe(1);
+    expect(await base.outboxRead(10)).toEqual([]);
+    await v.queue.idle();
+    expect(b.sent).toHaveLength(1);
+  });
+
+  it("deliveries' sent marks and log rows are one script; a mark never goes down, a test alert sets none", async () => {
+    const prefix = testPrefix();
+    const v = await testVigil({
+      backend: 'redis',
+      prefix,
+      worker: false,
+      registry: createRegistry().register(recordingPlugin(behaviour('ok'))),
+      channels: [{ name: 'rec', type: 'recording', min_severity: 'info' }],
+    });
+    running.push({ v, prefix });
+    const a = (seq: number, test?: boolean) => ({
+      id: `job-${seq}-${test ? 't' : 'n'}`,
+      channel: 'rec',
+      alert: {
+        dedup_key: 'tree-1',
+        severity: 'warning' as const,
+        state: 'trigger' as const,
+        title: 'No progress',
+        summary: '',
+        details: '',
+        source: 'no-progress',
+        at: Date.now(),
+        seq,
+        ...(test ? { test: true } : {}),
+      },
+    });
+    const deliver = async (job: ReturnType<typeof a>) => {
+      expect(await v.deliverer.attempt(job, 1)).toEqual({ ok: true });
+      await v.deliverer.settled();
+    };
+    await deliver(a(1)); // (the script loaded)
+    const base = v.store.base as RedisStore;
+    const mark = () => v.store.get<number>(keys.sent('rec', 'tree-1'));
+    // Two deliveries close together share one write.
+    expect(
+      await commandsDuring(v, async () => {
+        expect(await v.deliverer.attempt(a(3), 1)).toEqual({ ok: true });
+        expect(await v.deliverer.attempt(a(2), 1)).toEqual({ ok: true });
+        await v.deliverer.settled();
+      }),
+    ).toEqual(['evalsha']);
+    expect(await mark()).toBe(3);
+    expect(await base.client.pttl(base.redisKey(keys.sent('rec', 'tree-1')))).toBeGreaterThan(0);
+    await deliver(a(2));
+    expect(await mark()).toBe(3);
+    await deliver(a(4));
+    expect(await mark()).toBe(4);
+    await deliver(a(9, true));
+    expect(await mark()).toBe(4);
+    const rows = (await v.deliveryLog.recent()).map((r) => `${r.job_id}:${r.outcome}${r.test ? ':test' : ''}`);
+    expect(rows).toEqual([
+      'job-9-t:delivered:test',
+      'job-4-n:delivered',
+      'job-2-n:delivered',
+      'job-2-n:delivered',
+      'job-3-n:delivered',
+      'job-1-n:delivered',
+    ]);
   });
 });
 

@@ -164,7 +164,7 @@ export class Notifier {
   ) {
     for (const e of config.notifications.channels as ChannelEntry[]) this.entries.set(e.name, { ...e });
     this.commit = RedisCommit.for(store, queue, logger);
-    units.handle('alert', (e) => this.deliver(e as unknown as AlertEntry).then(() => {}));
+    units.handle('alert', (e, id) => this.deliver(e as unknown as AlertEntry, id));
   }
 
   channels(): ChannelEntry[] {
@@ -223,12 +223,17 @@ export class Notifier {
     return { fired, seq: incident.seq, channels };
   }
 
-  /** Delivers one outbox entry: route, admit and enqueue for every channel, unless overtaken. */
-  private async deliver(e: AlertEntry): Promise<NotifyResult['channels']> {
+  /**
+   * Delivers one outbox entry (`id`): route, admit and enqueue for every channel, unless
+   * overtaken. 'done': the Redis script deleted the entry with the jobs it added.
+   */
+  private async deliver(e: AlertEntry, id: string): Promise<'done' | undefined> {
     let channels: NotifyResult['channels'] | undefined;
+    let done: 'done' | undefined;
     if (this.commit) {
       try {
-        channels = await this.deliverInOne(this.commit, e);
+        channels = await this.deliverInOne(this.commit, e, id);
+        done = 'done';
       } catch (err) {
         if (!(err instanceof CommitUnsupported)) throw err;
         // Nothing it wrote stands in the way: the stages below redo it (the gates answer as they did).
@@ -248,15 +253,16 @@ export class Notifier {
     }
     if (this.outcomes.size > 1000) this.outcomes.clear();
     this.outcomes.set(`${e.alert.dedup_key}\n${e.alert.seq}`, channels);
-    return channels;
+    return done;
   }
 
   /**
    * The delivery stages with one round trip to Redis: the plan (route, the gate request
    * and the job of each state a gate may answer) is computed here and the commit script
-   * checks the incident has not moved on, runs every gate and adds the admitted jobs.
+   * checks the incident has not moved on, runs every gate, adds the admitted jobs and
+   * deletes the outbox entry `id`.
    */
-  private async deliverInOne(commit: RedisCommit, e: AlertEntry): Promise<NotifyResult['channels']> {
+  private async deliverInOne(commit: RedisCommit, e: AlertEntry, id: string): Promise<NotifyResult['channels']> {
     const alert = e.alert;
     const routes: [ChannelEntry, string?][] = [];
     const planned = [];
@@ -274,7 +280,7 @@ export class Notifier {
         }),
       });
     }
-    const channels = await commit.run(keys.handed(alert.dedup_key), alert.seq, TTL.incident, planned);
+    const channels = await commit.run(keys.handed(alert.dedup_key), alert.seq, TTL.incident, planned, id);
     if (channels === 'waiting') throw new Waiting(alert);
     if (channels === 'handed') return [];
     // The gates' answers are in the order of the routed channels.
@@ -287,7 +293,12 @@ export class Notifier {
         if ('job' in g0) return { name: c.name, outcome: g0.duplicate ? 'duplicate' : 'queued', job_id: g0.job.id };
         const g = admitted(g0.gate, c, alert);
         if (g.ok || !g.log) return { name: c.name, outcome: 'filtered', reason: g.ok ? undefined : g.reason };
-        return { name: c.name, ...(await this.suppress(c, alert, g.reason)) };
+        // The script deleted the outbox entry: a row that cannot be written is only logged.
+        const row = await this.suppress(c, alert, g.reason).catch((err) => {
+          this.logger.warn({ err: (err as Error).message, channel: c.name }, 'could not write the delivery log');
+          return { outcome: 'suppressed' as const, reason: g.reason };
+        });
+        return { name: c.name, ...row };
       }),
     );
   }

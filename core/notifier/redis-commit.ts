@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { SEVERITIES } from '../alert.ts';
 import type { Logger } from '../logger.ts';
-import { ADMIT_FN, admitReply, RedisStore, storeError } from '../store/redis.ts';
+import { ADMIT_FN, admitReply, OUTBOX_KEY, RedisStore, storeError } from '../store/redis.ts';
 import type { AdmitRequest, AdmitResult, Store } from '../store/store.ts';
 import { UnitStore } from '../unit.ts';
 import { BullQueue, type PreparedAdd } from './bullmq-queue.ts';
@@ -10,10 +10,11 @@ import type { AlertQueue } from './queue.ts';
 
 // The notifier's way from an outbox entry to enqueued jobs in one Redis round trip
 // (docs/development.md, "The notifier's commit"): the incident's check, every channel's
-// gate and the admitted channels' jobs run as one Lua script. The gate is the store's
-// own Lua function (core/store/redis.ts); the job's add is BullMQ's
-// own script, with the keys and arguments BullMQ builds for it (BullQueue.prepare), run
-// as a function inside this one. Nothing here spells BullMQ's key layout.
+// gate, the admitted channels' jobs and the outbox entry's deletion run as one Lua
+// script. The gate is the store's own Lua function (core/store/redis.ts); the job's add
+// is BullMQ's own script, with the keys and arguments BullMQ builds for it
+// (BullQueue.prepare), run as a function inside this one. Nothing here spells BullMQ's
+// key layout.
 
 /** BullMQ's script for a plain job (no delay, priority or parent), by its name in BullMQ's script index. */
 const BULL_ADD = 'addStandardJob';
@@ -34,13 +35,16 @@ export class CommitUnsupported extends Error {}
 
 type CommitReply = [3] | [1, [number, string, number, number?, number?][], number?];
 
-// KEYS[1] = the incident's handed mark (the last seq handed to every channel); ARGV[1] =
-// the transition's seq, ARGV[2] = channels, ARGV[3] = the gate's key count (its marks and
-// one rate set per severity), ARGV[4] = the mark's ttl. Then per channel:
+// KEYS[1] = the incident's handed mark (the last seq handed to every channel), KEYS[2] =
+// the unit outbox's stream; ARGV[1] = the transition's seq, ARGV[2] = channels, ARGV[3] =
+// the gate's key count (its marks and one rate set per severity), ARGV[4] = the mark's
+// ttl, ARGV[5] = the transition's outbox entry id ('' for none: deleted with the jobs, so
+// an entry is gone exactly when its jobs exist). Then per channel:
 // KEYS = the gate's keys, then per job the job's key and BullMQ's keys; ARGV = the gate's
 // 10 args, the number of jobs, then per job its state, BullMQ's key count and arg count,
 // and BullMQ's args. Transitions go out in their order: one whose predecessor was not
-// handed yet answers {3} (it waits in the outbox); one handed already answers {1, {}, 1}.
+// handed yet answers {3} (it waits in the outbox); one handed already answers {1, {}, 1}
+// (its entry deleted too).
 // Every gate runs first; a gate
 // that answers a state no job was prepared for stops the script before any job is added
 // (the stage-by-stage path redoes it: the gates answer the same transition as they did).
@@ -50,9 +54,10 @@ local function bullAdd(KEYS, ARGV)
 ${bullAdd}
 end
 local handed = tonumber(redis.call('GET', KEYS[1]) or '0')
-if handed >= tonumber(ARGV[1]) then return {1, {}, 1} end
+local function done() if ARGV[5] ~= '' then redis.call('XDEL', KEYS[2], ARGV[5]) end end
+if handed >= tonumber(ARGV[1]) then done() return {1, {}, 1} end
 if handed < tonumber(ARGV[1]) - 1 then return {3} end
-local ki, ai, gk = 2, 5, tonumber(ARGV[3])
+local ki, ai, gk = 3, 6, tonumber(ARGV[3])
 local plan, out = {}, {}
 for c = 1, tonumber(ARGV[2]) do
   local g = admitStep({unpack(KEYS, ki, ki + gk - 1)}, {unpack(ARGV, ai, ai + 9)})
@@ -76,6 +81,7 @@ for c, pick in pairs(plan) do
   bullAdd(pick[3], pick[4])
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+done()
 return {1, out}`;
 }
 
@@ -120,17 +126,19 @@ export class RedisCommit {
   /**
    * Runs the gates of a transition's channels and adds the admitted jobs in one script;
    * 'waiting' when the incident's previous transition was not handed to the channels yet,
-   * 'handed' when this one was already.
+   * 'handed' when this one was already. Unless it waits, the script also deletes the
+   * transition's outbox entry `outboxId` (when given): its delivery is done.
    */
   async run(
     handedKey: string,
     seq: number,
     ttlMs: number,
     channels: CommitChannel[],
+    outboxId = '',
   ): Promise<CommitChannelResult[] | 'waiting' | 'handed'> {
     const client = this.store.client as unknown as Client;
-    const ks: string[] = [this.store.redisKey(handedKey)];
-    const args: (string | number | Buffer)[] = [seq, channels.length, 1 + SEVERITIES.length, ttlMs];
+    const ks: string[] = [this.store.redisKey(handedKey), this.store.redisKey(OUTBOX_KEY)];
+    const args: (string | number | Buffer)[] = [seq, channels.length, 1 + SEVERITIES.length, ttlMs, outboxId];
     for (const c of channels) {
       const gate = this.store.admitCall(c.admit);
       if (gate.keys.length !== 1 + SEVERITIES.length || gate.args.length !== 10)
