@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
@@ -14,6 +15,45 @@ import {
 } from './store.ts';
 
 const EMPTY = Buffer.alloc(0);
+
+// Binary values (the judges' states, a few KB each) are stored behind a stamp: two marker
+// bytes and six random ones, new on every write. A unit's commit then checks that a key
+// still holds what the unit read by comparing the stamp (GETRANGE of 8 bytes) instead of
+// sending the whole value back to be compared (that was a third of the bytes a progress
+// event sent, and Redis's work to read and compare them). Readers strip the stamp;
+// values written before stamps (no marker) still read, and are compared whole. Strings
+// (JSON) are not stamped. Six random bytes: a stale stamp matching a newer write's is a
+// 2^-48 chance per write.
+export const STAMP_MARK = [0xff, 0xfe] as const;
+export const STAMP_BYTES = 8;
+const STAMP_POOL = 6 * 1024;
+let pool = Buffer.alloc(0);
+let poolAt = STAMP_POOL;
+
+/** The stored form of a binary value: a fresh stamp, then the value. */
+export function stamped(value: Uint8Array): Buffer {
+  if (poolAt + 6 > pool.length) {
+    pool = randomBytes(STAMP_POOL);
+    poolAt = 0;
+  }
+  const out = Buffer.allocUnsafe(STAMP_BYTES + value.length);
+  out[0] = STAMP_MARK[0];
+  out[1] = STAMP_MARK[1];
+  pool.copy(out, 2, poolAt, poolAt + 6);
+  poolAt += 6;
+  out.set(value, STAMP_BYTES);
+  return out;
+}
+
+/** Whether a stored binary value carries a stamp. */
+export function hasStamp(b: Uint8Array): boolean {
+  return b.length >= STAMP_BYTES && b[0] === STAMP_MARK[0] && b[1] === STAMP_MARK[1];
+}
+
+/** The value of a stored binary value, as a copy (a caller may decode views over it and change them). */
+export function unstamped(b: Uint8Array): Uint8Array {
+  return new Uint8Array(hasStamp(b) ? b.subarray(STAMP_BYTES) : b);
+}
 
 // Compare-and-set of a string value, as two Lua functions the notifier's commit script
 // (core/notifier/redis-commit.ts) shares: casCheck(key, expected, mustExist) answers nil
@@ -128,11 +168,15 @@ return out`;
 
 // A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
 // then key indexes): any that exists makes the unit a repeat, answered with which ones;
-// the reads (count, then per read: key index, '1' present / '0' absent, the value): any
-// that changed is a conflict, answered with what the key holds now; then the writes in
-// order (count, then per write its op and key index and its arguments). Nothing is
-// written unless everything checks.
+// the reads (count, then per read: key index, how to check, the value: '1' the whole
+// value, '0' absent, '2' only the stamp of a stamped value (the value is the stamp), '3'
+// the value past its stamp, or the whole of an unstamped one): any that changed is a
+// conflict, answered with what the key holds now; then the writes in order (count, then
+// per write its op and key index and its arguments). Nothing is written unless
+// everything checks.
 const UNIT = `
+local MARK = '\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}'
+local STAMP = ${STAMP_BYTES}
 local a = 1
 local function nx() local v = ARGV[a]; a = a + 1; return v end
 local ni = tonumber(nx())
@@ -150,11 +194,21 @@ for i = 1, nr do
   local ki = tonumber(nx())
   local present = nx()
   local exp = nx()
-  local cur = redis.call('GET', KEYS[ki])
-  if present == '0' then
-    if cur then bad[#bad + 1] = ki; bad[#bad + 1] = 1; bad[#bad + 1] = cur end
-  elseif not cur then bad[#bad + 1] = ki; bad[#bad + 1] = 0; bad[#bad + 1] = ''
-  elseif cur ~= exp then bad[#bad + 1] = ki; bad[#bad + 1] = 1; bad[#bad + 1] = cur end
+  local ok, cur = true, false
+  if present == '2' then
+    -- a stamped value: its stamp names the write, so the stamp alone is compared
+    if redis.call('GETRANGE', KEYS[ki], 0, #exp - 1) ~= exp then ok = false; cur = redis.call('GET', KEYS[ki]) end
+  else
+    cur = redis.call('GET', KEYS[ki])
+    if present == '0' then ok = not cur
+    elseif not cur then ok = false
+    elseif present == '3' and string.sub(cur, 1, #MARK) == MARK then ok = string.sub(cur, STAMP + 1) == exp
+    else ok = cur == exp end
+  end
+  if not ok then
+    if cur then bad[#bad + 1] = ki; bad[#bad + 1] = 1; bad[#bad + 1] = cur
+    else bad[#bad + 1] = ki; bad[#bad + 1] = 0; bad[#bad + 1] = '' end
+  end
 end
 if #bad > 0 then return {0, bad} end
 local out = {1}
@@ -302,8 +356,10 @@ export class RedisStore implements Store, UnitBackend {
    * costs a retry, never correctness, because Redis checks the value.
    */
   private readonly lastSeen = new Map<string, string | null>();
-  /** The same for binary values (judge state): one round trip per event while this process owns the session. */
+  /** The same for binary values (judge state), as stored (stamped): one round trip per event while this process owns the session. */
   private readonly lastBytes = new Lru<string, Buffer | null>(5_000);
+  /** The stamp of each binary value handed to a unit, so its commit compares only that. */
+  private readonly stampOf = new WeakMap<Uint8Array, Buffer>();
 
   /** The server this store talks to (a script touching other keys must run on the same one). */
   readonly url: string;
@@ -480,11 +536,18 @@ export class RedisStore implements Store, UnitBackend {
 
   async getBytes(key: string): Promise<Uint8Array | undefined> {
     const b = await this.client.getBuffer(this.k(key));
-    return b === null ? undefined : new Uint8Array(b);
+    return b === null ? undefined : unstamped(b);
+  }
+
+  /** A stored binary value as a unit gets it: unstamped, its stamp remembered for the commit. */
+  private handOut(b: Buffer): Uint8Array {
+    const v = unstamped(b);
+    if (hasStamp(b)) this.stampOf.set(v, Buffer.from(b.subarray(0, STAMP_BYTES)));
+    return v;
   }
 
   async setBytes(key: string, value: Uint8Array, ttlMs?: number): Promise<void> {
-    const b = Buffer.from(value);
+    const b = stamped(value);
     if (ttlMs) await this.client.set(this.k(key), b, 'PX', ttlMs);
     else await this.client.set(this.k(key), b);
   }
@@ -496,7 +559,7 @@ export class RedisStore implements Store, UnitBackend {
     let confirmed = false;
     for (let attempt = 0; attempt < 100; attempt++) {
       // A copy: fn may decode views over it and change them.
-      const r = fn(cur === null ? undefined : new Uint8Array(cur));
+      const r = fn(cur === null ? undefined : unstamped(cur));
       if (r.value === undefined) {
         // No write: right only if fn saw the real value.
         if (confirmed) return r.result;
@@ -507,7 +570,7 @@ export class RedisStore implements Store, UnitBackend {
         if (actual) this.lastBytes.set(k, actual);
         continue;
       }
-      const next = Buffer.from(r.value);
+      const next = stamped(r.value);
       const [ok, actual] = await this.client.vigilCasBuffer(
         k,
         cur ?? EMPTY,
@@ -527,15 +590,14 @@ export class RedisStore implements Store, UnitBackend {
   }
 
   async casBytes(key: string, expected: Uint8Array | undefined, next: Uint8Array, ttlMs?: number): Promise<boolean> {
-    const exp = expected === undefined ? Buffer.alloc(0) : Buffer.from(expected);
-    const [ok] = await this.client.vigilCas(
-      this.k(key),
-      exp,
-      expected === undefined ? '0' : '1',
-      Buffer.from(next),
-      'set',
-      ttlMs ?? 0,
-    );
+    // The stored form carries a stamp the caller does not know: read it, then set only
+    // if the key still holds that stored form.
+    const k = this.k(key);
+    const cur = await this.client.getBuffer(k);
+    if (expected === undefined ? cur !== null : cur === null || !bytesEqual(unstamped(cur), expected)) return false;
+    const n = stamped(next);
+    const [ok] = await this.client.vigilCasBuffer(k, cur ?? EMPTY, cur === null ? '0' : '1', n, 'set', ttlMs ?? 0);
+    if (ok === 1) this.lastBytes.set(k, n);
     return ok === 1;
   }
 
@@ -545,7 +607,7 @@ export class RedisStore implements Store, UnitBackend {
     const k = this.k(key);
     if (bytes) {
       const b = this.lastBytes.get(k);
-      return b === undefined ? undefined : b === null ? null : new Uint8Array(b);
+      return b === undefined ? undefined : b === null ? null : this.handOut(b);
     }
     return this.lastSeen.has(k) ? (this.lastSeen.get(k) as string | null) : undefined;
   }
@@ -556,7 +618,7 @@ export class RedisStore implements Store, UnitBackend {
       const b = await this.client.getBuffer(k);
       // (an absent key is remembered too: most sessions have no state of some detectors)
       this.lastBytes.set(k, b);
-      return b === null ? null : new Uint8Array(b);
+      return b === null ? null : this.handOut(b);
     }
     const s = await this.client.get(k);
     this.remember(k, s);
@@ -584,13 +646,25 @@ export class RedisStore implements Store, UnitBackend {
     for (const k of plan.inputs) args.push(ki(k));
     args.push(plan.reads.length);
     for (const [k, v] of plan.reads) {
-      args.push(ki(k), v === null ? '0' : '1', v === null ? '' : typeof v === 'string' ? v : Buffer.from(v));
+      if (v === null) args.push(ki(k), '0', '');
+      else if (typeof v === 'string') args.push(ki(k), '1', v);
+      else {
+        const st = this.stampOf.get(v);
+        args.push(ki(k), st ? '2' : '3', st ?? Buffer.from(v));
+      }
     }
     args.push(plan.writes.length);
+    // (the stored form of each binary value written, for lastBytes once committed)
+    const wrote = new Map<string, Buffer>();
     for (const w of plan.writes) {
       switch (w.op) {
         case 'set':
-          args.push('s', ki(w.key), typeof w.value === 'string' ? w.value : Buffer.from(w.value), w.ttlMs);
+          if (typeof w.value === 'string') args.push('s', ki(w.key), w.value, w.ttlMs);
+          else {
+            const b = stamped(w.value);
+            wrote.set(w.key, b);
+            args.push('s', ki(w.key), b, w.ttlMs);
+          }
           break;
         case 'del':
           args.push('d', ki(w.key));
@@ -633,7 +707,7 @@ export class RedisStore implements Store, UnitBackend {
         const b = bad[i + 2] as Buffer;
         if (bytesKeys.has(key)) {
           this.lastBytes.set(k, present ? b : null);
-          conflicts.push([key, present ? new Uint8Array(b) : null]);
+          conflicts.push([key, present ? this.handOut(b) : null]);
         } else {
           const s = present ? b.toString() : null;
           this.remember(k, s);
@@ -648,7 +722,7 @@ export class RedisStore implements Store, UnitBackend {
       const k = this.k(w.key);
       if (w.op === 'set') {
         if (typeof w.value === 'string') this.remember(k, w.value);
-        else this.lastBytes.set(k, Buffer.from(w.value));
+        else this.lastBytes.set(k, wrote.get(w.key) as Buffer);
       } else if (w.op === 'del') {
         this.lastBytes.set(k, null);
         this.remember(k, null);
