@@ -8,19 +8,26 @@
 //   (an embedding with such a channel, bench/service-server.ts).
 // - batches: the same events posted 10 and 50 to a request (the plugin's batch form),
 //   events/s per service core beside single-event requests;
+// - conflicts: the same single events and batches on Redis to a Vigil in this process,
+//   counting its units' commits and those refused for a conflict (judged again), by key;
 // - scale on paper: Redis server CPU per progress event (INFO cpu delta over the
 //   measured load; INFO commandstats says which commands), service CPU per event, and
 //   what one Redis core and one service core sustain at that cost (docs/development.md).
 // Load from autocannon in this process; with N instances the connections are spread
 // over them. Redis: a redis-server of the bench's own unless --redis names one.
 //   npm run bench:service [-- --backend memory|redis|both --instances 2 --duration 10 --connections 10]
+import 'reflect-metadata';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
+import { createRegistry } from '../builtins.ts';
+import { silentLogger } from '../core/logger.ts';
 import { sessionKey } from '../core/session-key.ts';
+import { createVigil } from '../index.ts';
+import { buildServer } from '../service/server.ts';
 import { benchArgs } from './args.ts';
 import { deleteKeys, ownRedis, track, vigilServe } from './serve.ts';
 
@@ -33,6 +40,7 @@ const args = benchArgs(
     redis: z.url({ protocol: /^redis$/ }).optional(),
     gate: z.enum(['yes', 'no']).default('yes'),
     batches: z.enum(['yes', 'no']).default('yes'),
+    conflicts: z.enum(['yes', 'no']).default('yes'),
     /** Tool calls per agent per second while it works, for the agents-per-Redis figure. */
     'calls-per-agent': z.coerce.number().positive().default(0.2),
   }),
@@ -209,6 +217,48 @@ const ratio = (a: Load, b: Load) =>
   `${(a.rps / b.rps).toFixed(2)}x` +
   (a.cpuUs !== undefined && b.cpuUs !== undefined ? ` (CPU per request: ${(b.cpuUs / a.cpuUs).toFixed(2)}x)` : '');
 
+/**
+ * Unit commits and conflicts (a commit refused because a key it read changed: the unit is
+ * judged again) of `body` on Redis, counted at the unit layer of a Vigil in this process
+ * (the service's own process cannot be asked), with the conflicting keys by name
+ * (session and call numbers folded).
+ */
+async function conflictRun(body: (i: number) => string): Promise<string> {
+  const v = await createVigil({
+    registry: createRegistry(),
+    env: {},
+    logger: silentLogger(),
+    overlay: redisConfig(),
+  });
+  const base = v.store.base;
+  const commit = base.commitUnit.bind(base);
+  let commits = 0;
+  let refused = 0;
+  const byKey = new Map<string, number>();
+  base.commitUnit = async (plan) => {
+    const r = await commit(plan);
+    commits++;
+    if (!r.ok && 'conflicts' in r) {
+      refused++;
+      for (const [key] of r.conflicts) {
+        const name = key.replace(/ses_bench_\d+/g, '<session>').replace(/call_\d+/g, '<call>');
+        byKey.set(name, (byKey.get(name) ?? 0) + 1);
+      }
+    }
+    return r;
+  };
+  const app = await buildServer(v);
+  try {
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    const r = await load([url], '/progress', body);
+    const top = [...byKey].sort((a, b) => b[1] - a[1]).slice(0, 3);
+    return `  unit commits (in-process run, ${r.requests} requests): ${commits}, refused for a conflict ${refused} (${((refused / Math.max(1, commits)) * 100).toFixed(1)}%)${top.length ? `; keys: ${top.map(([k, n]) => `${k} ${n}`).join(', ')}` : ''}`;
+  } finally {
+    await app.close();
+    await v.close();
+  }
+}
+
 /** Each Redis run in a key prefix of its own, deleted afterwards. */
 let runs = 0;
 const prefixes: string[] = [];
@@ -269,6 +319,7 @@ try {
     const one = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, { redis: redisUrl });
     out.push(line('vigil serve, redis x1: POST /progress', one));
     out.push(`  redis x1 vs bare fastify: ${ratio(one, bare)}`);
+    if (args.conflicts === 'yes') out.push(await conflictRun(ev));
     if (mem) out.push(`  redis x1 vs memory: ${ratio(one, mem)}   (goal >= 0.5x)`);
     // Scale on paper: what limits N instances is the one Redis behind them.
     const rUs = one.redisUs ?? Number.NaN;
@@ -300,9 +351,10 @@ try {
         out.push(
           `  events/s per service core, batches of ${b} vs single: ${(perCore(rb) / perCore(one)).toFixed(2)}x${b === 50 ? '   (goal >= 5x)' : ''}; per Redis core: ${(rUs / (rb.redisUs ?? Number.NaN)).toFixed(2)}x`,
         );
-        // (commit scripts per request above 1: batches judged again after a conflict)
+        // (scripts: the unit commits, and BullMQ's for the alerts a batch raises)
         const per = (c: string) => (rb.commands?.find(([n]) => n === c)?.[1] ?? 0) * b;
-        out.push(`  per request: commit scripts ${per('evalsha').toFixed(2)}, get ${per('get').toFixed(2)}`);
+        out.push(`  per request: scripts ${per('evalsha').toFixed(2)}, get ${per('get').toFixed(2)}`);
+        if (args.conflicts === 'yes') out.push(await conflictRun(batchOf(b)));
       }
     }
     const oneKeyed = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, {

@@ -2,7 +2,11 @@ import { keys, TTL } from '../../core/store/keys.ts';
 
 // The money detector's store keys, under its own namespace:
 //   s:<session>          the session's spend since its stretch started (JSON, compare-and-set)
-//   open                 the open stretches: session -> root, agent, flag time (JSON, CAS)
+//   o:<root>             a tree's open stretches: session -> root, agent, flag time (JSON, CAS);
+//                        absent when the tree has none (the keys under o: are the index of them)
+//   n                    counters: open stretches in all trees (the sum of every o:<root>)
+//   open                 the layout before: one map of every tree's open stretches (read
+//                        once, moved into o:<root>, then deleted)
 //   l:<day>              the stretches closed that day, packed (a capped list, expiring)
 //   d:<day>              that day's counters (one hash: totals, per model, per agent, in loops)
 //   t:<day>:<root>       a tree's counters that day, and where a Resume rebased them
@@ -17,7 +21,10 @@ export type OpenMap = Record<string, { root: string; agent?: string; at: number 
 
 export const mKeys = {
   session: (id: string) => `${NS}s:${id}`,
-  open: `${NS}open`,
+  open: (root: string) => `${NS}o:${root}`,
+  openPrefix: `${NS}o:`,
+  openCount: `${NS}n`,
+  legacyOpen: `${NS}open`,
   stretches: (day: string) => `${NS}l:${day}`,
   day: (day: string) => `${NS}d:${day}`,
   tree: (day: string, root: string) => `${NS}t:${day}:${root}`,
@@ -51,4 +58,6 @@ export const F = {
   resumedUsd: 'rusd',
   resumedTokens: 'rtok',
   exempt: 'x',
+  /** openCount hash: open stretches in all trees. */
+  open: 'open',
 } as const;

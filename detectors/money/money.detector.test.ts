@@ -1,8 +1,10 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { FakeClock } from '../../core/clock.ts';
+import type { UnitOutcome, UnitPlan } from '../../core/unit.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { LOOP_KNOBS, loopEvents } from '../../service/admin/testkit.ts';
 import { backends, flushPrefix, testPrefix, testVigil, withRedis } from '../../test/helpers/index.ts';
+import { F, mKeys, type OpenMap } from './keys.ts';
 import type { MoneyDetector } from './money.detector.ts';
 
 // The ledger and the budgets through the kernel, on both backends: stretches open when
@@ -227,6 +229,189 @@ describe.runIf(withRedis)('two instances on one Redis', () => {
     } finally {
       await a.v.close();
       await b.v.close();
+    }
+  });
+});
+
+/** Every commit of the instance's units: the plan and what the store answered. */
+function commits(v: Vigil) {
+  const base = v.store.base;
+  const real = base.commitUnit.bind(base);
+  const seen: { plan: UnitPlan; r: UnitOutcome }[] = [];
+  /** While set, commits wait until this many arrived, then go on together. */
+  const hold = { n: 0, waiting: [] as (() => void)[] };
+  base.commitUnit = async (plan: UnitPlan) => {
+    if (hold.n) {
+      const go = new Promise<void>((res) => hold.waiting.push(res));
+      if (hold.waiting.length === hold.n) {
+        hold.n = 0;
+        for (const f of hold.waiting.splice(0)) f();
+      }
+      await go;
+    }
+    const r = await real(plan);
+    seen.push({ plan: structuredClone(plan), r });
+    return r;
+  };
+  return { seen, hold };
+}
+
+/** A session's model request ($0.01, 1000 prompt tokens). */
+async function request(v: Vigil, clock: FakeClock, session: string) {
+  clock.advance(10_000);
+  seq++;
+  await v.requests({
+    session_id: session,
+    request_id: `q${seq}`,
+    agent: 'build',
+    model: 'prov/model-a',
+    prompt_tokens: 1000,
+    cost_usd: 0.01,
+    ts: clock.now(),
+  });
+}
+const call = (v: Vigil, clock: FakeClock, session: string, parent?: string) =>
+  v.progress({ ...loopEvents(session, 1, parent ? { parent } : {})[0], kind: 'tool' as const, ts: clock.now() });
+/** A turn of a session (in the tree under `parent`): its request, then the same tool call again (a loop). */
+async function treeTurn(v: Vigil, clock: FakeClock, session: string, parent?: string) {
+  await request(v, clock, session);
+  await call(v, clock, session, parent);
+}
+
+const MONEY = 'p:money:';
+/** The money keys a unit read or replaced (counters and lists are added to, never compared). */
+const compared = (plan: UnitPlan) => [
+  ...new Set(
+    [
+      ...plan.reads.map(([k]) => k),
+      ...plan.writes.flatMap((w) => (w.op === 'set' || w.op === 'del' ? [w.key] : [])),
+    ].filter((k) => k.startsWith(MONEY)),
+  ),
+];
+
+// Where the open stretches are kept: one key per tree (o:<root>), so the unit of work of
+// one tree's input never reads what another tree's input writes (on Redis such a read
+// is a conflict that judges the unit again). Counted through the unit layer's commits.
+describe.each(backends())('open stretches, tree by tree (%s)', (backend) => {
+  it('a tree s unit reads and replaces only its own tree s money keys', async () => {
+    const { v, clock, money } = await vigilOn(backend);
+    try {
+      // (the service ticks at its start: the layout before is looked for once)
+      await v.engine.tick();
+      await treeTurn(v, clock, 'ses_warm');
+      const { seen } = commits(v);
+      // Two trees, turn by turn: each is flagged at its third turn (a stretch opens) and runs on.
+      for (let i = 0; i < 6; i++) for (const s of ['ses_a', 'ses_b']) await treeTurn(v, clock, s);
+      const l = await money.ledger(0);
+      expect(l.stretches.map((x) => [x.session, x.outcome])).toEqual([
+        ['ses_a', 'open'],
+        ['ses_b', 'open'],
+      ]);
+      expect(await money.health()).toMatchObject({ open_stretches: 2 });
+      const own = (s: string) => new Set([mKeys.session(s), mKeys.open(s)]);
+      let opened = 0;
+      for (const { plan } of seen) {
+        const ks = compared(plan);
+        if (ks.includes(mKeys.open('ses_a')) || ks.includes(mKeys.open('ses_b'))) opened++;
+        // Each unit is one session's input: all it compares is that tree's.
+        const tree = ks.some((k) => own('ses_a').has(k)) ? own('ses_a') : own('ses_b');
+        expect(ks.filter((k) => !tree.has(k))).toEqual([]);
+      }
+      expect(opened).toBeGreaterThanOrEqual(2);
+    } finally {
+      await v.close();
+    }
+  });
+
+  it('an open stretch kept in the layout before (one key of all) is read, moved and closed as usual', async () => {
+    const { v, clock, money } = await vigilOn(backend);
+    try {
+      for (let i = 0; i < 4; i++) await treeTurn(v, clock, 'ses_m');
+      // As an install before this layout left it: the stretch in the one key, no tree key, no count.
+      const m = (await v.store.get<OpenMap>(mKeys.open('ses_m'))) ?? {};
+      expect(Object.keys(m)).toEqual(['ses_m']);
+      await v.store.set(mKeys.legacyOpen, m);
+      await v.store.del(mKeys.open('ses_m'));
+      await v.store.add(mKeys.openCount, { [F.open]: -1 });
+      // (the process starts again: it has not seen the old key gone)
+      (money as unknown as { legacyGone: boolean }).legacyGone = false;
+      expect(await money.health()).toMatchObject({ open_stretches: 1 });
+      expect((await money.ledger(0)).summary).toMatchObject({ open: 1 });
+      // The session lands a change: its stretch closes as recovered, from the moved entry.
+      await request(v, clock, 'ses_m');
+      await v.progress({
+        ...loopEvents('ses_m', 1)[0],
+        kind: 'tool' as const,
+        tool: 'edit',
+        fingerprint: 'e'.repeat(64),
+        target: 'src/a.ts',
+        landed: true,
+        ts: clock.now(),
+      });
+      const l = await money.ledger(0);
+      expect(l.stretches.map((x) => [x.session, x.outcome, x.calls])).toEqual([['ses_m', 'recovered', 5]]);
+      expect(await v.store.get(mKeys.legacyOpen)).toBeUndefined();
+      expect(await v.store.get(mKeys.open('ses_m'))).toBeUndefined();
+      expect(await money.health()).toMatchObject({ open_stretches: 0 });
+    } finally {
+      await v.close();
+    }
+  });
+
+  it('max_open: a tree past it closes its oldest at once; all trees past it, on the minute s check', async () => {
+    const { v, clock, money } = await vigilOn(backend, 'warn', { max_open: 10 });
+    try {
+      // Eleven trees of one session each, flagged one after the other.
+      for (let t = 0; t < 11; t++) for (let i = 0; i < 3; i++) await treeTurn(v, clock, `ses_t${t}`);
+      expect(await money.health()).toMatchObject({ open_stretches: 11 });
+      clock.advance(60_000);
+      await v.engine.tick();
+      let l = await money.ledger(0);
+      expect(l.stretches.filter((x) => x.outcome !== 'open').map((x) => [x.session, x.outcome])).toEqual([
+        ['ses_t0', 'ended'],
+      ]);
+      expect(await money.health()).toMatchObject({ open_stretches: 10 });
+      // One tree: a parent and eleven children flagged; the oldest child closes at the twelfth flag.
+      for (let c = 0; c < 11; c++) for (let i = 0; i < 3; i++) await treeTurn(v, clock, `ses_c${c}`, 'ses_p');
+      l = await money.ledger(0);
+      const inTree = l.stretches.filter((x) => x.root === 'ses_p');
+      expect(inTree.filter((x) => x.outcome === 'open')).toHaveLength(10);
+      expect(inTree.filter((x) => x.outcome !== 'open').map((x) => [x.session, x.outcome])).toEqual([
+        ['ses_c0', 'ended'],
+      ]);
+      expect(Object.keys((await v.store.get<OpenMap>(mKeys.open('ses_p'))) ?? {})).toHaveLength(10);
+    } finally {
+      await v.close();
+    }
+  });
+});
+
+describe.runIf(withRedis)('two trees on Redis', () => {
+  it('opening stretches in concurrent units: no conflict on the ledger s keys', async () => {
+    const { v, clock, money } = await vigilOn('redis', 'warn');
+    try {
+      await v.engine.tick();
+      await treeTurn(v, clock, 'ses_warm');
+      for (let i = 0; i < 2; i++) for (const s of ['ses_c', 'ses_d']) await treeTurn(v, clock, s);
+      await request(v, clock, 'ses_c');
+      await request(v, clock, 'ses_d');
+      const { seen, hold } = commits(v);
+      // The third call of each flags it: both units judged before either commits.
+      hold.n = 2;
+      await Promise.all([call(v, clock, 'ses_c'), call(v, clock, 'ses_d')]);
+      // (the breaker's keys are shared by all trees: a conflict there is not the ledger's)
+      const conflicts = seen.flatMap(({ r }) => (!r.ok && 'conflicts' in r ? r.conflicts.map(([k]) => k) : []));
+      expect(conflicts.filter((k) => k.startsWith(MONEY))).toEqual([]);
+      // Each flagging unit committed its own tree's stretch.
+      const wrote = seen.filter(({ r }) => r.ok).flatMap(({ plan }) => compared(plan));
+      expect(wrote).toContain(mKeys.open('ses_c'));
+      expect(wrote).toContain(mKeys.open('ses_d'));
+      expect((await money.ledger(0)).stretches.map((x) => [x.session, x.outcome])).toEqual([
+        ['ses_c', 'open'],
+        ['ses_d', 'open'],
+      ]);
+    } finally {
+      await v.close();
     }
   });
 });

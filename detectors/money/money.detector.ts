@@ -20,7 +20,7 @@ import type { Metrics } from '../../core/metrics.ts';
 import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import { onDiscard } from '../../core/unit.ts';
+import { afterCommit, onDiscard } from '../../core/unit.ts';
 import type { DirectiveSpec, ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
 import {
   amountShort,
@@ -56,7 +56,7 @@ import {
   stretchOf,
 } from './ledger.ts';
 import { moneyMetrics } from './money.metrics.ts';
-import { type DayView, type LedgerView, MoneyViews } from './money.views.ts';
+import { type DayView, type LedgerView, MoneyViews, openStretches } from './money.views.ts';
 import type { MoneyOptions } from './options.ts';
 
 export type { DayView, LedgerView };
@@ -115,6 +115,8 @@ export class MoneyDetector implements Detector {
   private liftPending: string | undefined;
   private lastDay: string | undefined;
   private lastIdleCheck = Number.NEGATIVE_INFINITY;
+  /** Whether this process saw (committed) that the layout before, one key of all open stretches, is gone. */
+  private legacyGone = false;
 
   private readonly c: ReturnType<typeof moneyMetrics>;
   private readonly views: MoneyViews;
@@ -303,9 +305,10 @@ export class MoneyDetector implements Detector {
   async onTree(ev: ModeEvent, tree: TreeState): Promise<readonly Transition[]> {
     const now = this.d.clock.now();
     const out = ev.type === 'resume' ? await this.resumeTree(tree.root, now) : [];
-    const open = (await this.store.get<OpenMap>(mKeys.open)) ?? {};
-    const ids = new Set<string>();
-    for (const [id, e] of Object.entries(open)) if (e.root === tree.root) ids.add(id);
+    await this.migrate();
+    // Only this tree's key: units of different trees never read each other's open stretches.
+    const open = (await this.store.get<OpenMap>(mKeys.open(tree.root))) ?? {};
+    const ids = new Set(Object.keys(open));
     if (ev.type === 'verdict') ids.add(ev.session_id);
     if (!ids.size) return out;
     const opened: [string, OpenEntry][] = [];
@@ -360,30 +363,95 @@ export class MoneyDetector implements Detector {
   }
 
   /**
-   * Records closed stretches (the day's list, metrics) and keeps the open index: drops
-   * the closed, adds the opened; past max_open the oldest are closed as ended.
+   * Records closed stretches (the day's list, metrics) and keeps the open stretches, tree
+   * by tree: drops the closed (and `drop`: ids whose stretch is gone, with their root),
+   * adds the opened; past max_open in a tree its oldest are closed as ended. The count
+   * of all of them is a counter (no read, so trees never conflict on it).
    */
-  private async finish(closed: Stretch[], opened: [string, OpenEntry][], drop: string[] = []): Promise<void> {
+  private async finish(
+    closed: Stretch[],
+    opened: [string, OpenEntry][],
+    drop: [id: string, root: string][] = [],
+  ): Promise<void> {
     if (!closed.length && !opened.length && !drop.length) return;
     const k = this.d.knobs();
-    const evicted = await this.store.update<OpenMap, string[]>(mKeys.open, (cur) => {
-      const m: OpenMap = { ...(cur ?? {}) };
-      for (const x of closed) delete m[x.session];
-      for (const id of drop) delete m[id];
-      for (const [id, e] of opened) m[id] = e;
-      const ids = Object.keys(m);
-      const gone =
-        ids.length > k.max_open
-          ? ids.sort((a, b) => m[a].at - m[b].at).slice(0, ids.length - k.max_open)
-          : ([] as string[]);
-      for (const id of gone) delete m[id];
-      return { value: m, result: gone };
-    });
+    await this.migrate();
+    const byRoot = new Map<string, { del: string[]; add: [string, OpenEntry][] }>();
+    const of = (root: string) => {
+      const c = byRoot.get(root) ?? { del: [], add: [] };
+      byRoot.set(root, c);
+      return c;
+    };
+    for (const x of closed) of(x.root).del.push(x.session);
+    for (const [id, root] of drop) of(root).del.push(id);
+    for (const [id, e] of opened) of(e.root).add.push([id, e]);
+    let delta = 0;
+    const evicted: string[] = [];
+    for (const [root, c] of byRoot) {
+      const r = await this.store.update<OpenMap, { d: number; gone: string[] }>(mKeys.open(root), (cur) => {
+        const m: OpenMap = { ...(cur ?? {}) };
+        const before = Object.keys(m).length;
+        for (const id of c.del) delete m[id];
+        for (const [id, e] of c.add) m[id] = e;
+        const ids = Object.keys(m);
+        const gone =
+          ids.length > k.max_open
+            ? ids.sort((a, b) => m[a].at - m[b].at).slice(0, ids.length - k.max_open)
+            : ([] as string[]);
+        for (const id of gone) delete m[id];
+        const n = ids.length - gone.length;
+        return { value: n ? m : undefined, result: { d: n - before, gone } };
+      });
+      delta += r.d;
+      evicted.push(...r.gone);
+    }
+    if (delta) await this.store.add(mKeys.openCount, { [F.open]: delta });
     for (const x of closed) await this.record(x, k);
     for (const id of evicted) {
       const x = await this.closeSession(id, 'ended', (st) => st.ts);
       if (x) await this.record(x, k);
     }
+  }
+
+  /** Every tree's open stretches (the o:<root> keys; the old one-key layout moved first). */
+  private async allOpen(): Promise<[id: string, e: OpenEntry][]> {
+    return openStretches(this.store, { roots: await this.migrate() });
+  }
+
+  /**
+   * The layout before (one key of every open stretch) is moved into its trees' keys, in
+   * the unit that first finds it: an upgraded install loses no open stretch. Once this
+   * process committed it absent, only the minute's idle check looks again (an instance
+   * not yet upgraded may still write it).
+   */
+  private async migrate(): Promise<string[]> {
+    if (this.legacyGone) return [];
+    const old = await this.store.get<OpenMap>(mKeys.legacyOpen);
+    const roots: string[] = [];
+    if (old) {
+      const byRoot = new Map<string, [string, OpenEntry][]>();
+      for (const [id, e] of Object.entries(old)) byRoot.set(e.root, [...(byRoot.get(e.root) ?? []), [id, e]]);
+      let added = 0;
+      for (const [root, list] of byRoot) {
+        roots.push(root);
+        added += await this.store.update<OpenMap, number>(mKeys.open(root), (cur) => {
+          const m: OpenMap = { ...(cur ?? {}) };
+          let n = 0;
+          for (const [id, e] of list) {
+            if (m[id]) continue;
+            m[id] = e;
+            n++;
+          }
+          return { value: m, result: n };
+        });
+      }
+      if (added) await this.store.add(mKeys.openCount, { [F.open]: added });
+      await this.store.del(mKeys.legacyOpen);
+    }
+    afterCommit(() => {
+      this.legacyGone = true;
+    });
+    return roots;
   }
 
   private async record(x: Stretch, k: MoneyOptions): Promise<void> {
@@ -433,24 +501,42 @@ export class MoneyDetector implements Detector {
     return out;
   }
 
-  /** Stretches whose session had no input for idle_close end at its last input. */
+  /**
+   * Stretches whose session had no input for idle_close end at its last input. This pass
+   * reads every tree's open stretches: past max_open in all trees the oldest close as
+   * ended here (a tree past it closes its own at once), and the count is set right.
+   */
   async closeIdle(now: number, k = this.d.knobs()): Promise<number> {
-    const open = (await this.store.get<OpenMap>(mKeys.open)) ?? {};
+    this.legacyGone = false;
+    const open = await this.allOpen();
+    // (read after the trees' keys: a unit that changed one since changed the count too, and
+    // the commit refuses this one; a tree's first stretch opened during the scan is set
+    // right on the next pass)
+    const counted = (await this.store.counts(mKeys.openCount, [F.open]))[F.open];
+    if (counted !== open.length) await this.store.add(mKeys.openCount, { [F.open]: open.length - counted });
+    const over = new Set(
+      open.length > k.max_open
+        ? [...open]
+            .sort((a, b) => a[1].at - b[1].at)
+            .slice(0, open.length - k.max_open)
+            .map(([id]) => id)
+        : [],
+    );
     const closed: Stretch[] = [];
-    const stale: string[] = [];
-    for (const [id, e] of Object.entries(open)) {
-      if (now - e.at < k.idle_close) continue;
-      const seen = (await this.d.tree.meta(id))?.last_seen ?? 0;
+    const stale: [string, string][] = [];
+    for (const [id, e] of open) {
+      if (!over.has(id) && now - e.at < k.idle_close) continue;
+      const seen = over.has(id) ? 0 : ((await this.d.tree.meta(id))?.last_seen ?? 0);
       const x = await this.mutate<Stretch | null | 'gone'>(id, (cur) => {
         if (!cur?.f) return { result: 'gone' };
         const last = Math.max(cur.ts, seen);
-        if (now - last < k.idle_close) return { result: null };
+        if (!over.has(id) && now - last < k.idle_close) return { result: null };
         const s = stretchOf(id, cur, 'ended', last) ?? null;
         restart(cur, last);
         return { st: cur, result: s };
       });
       // Closed already (by another instance, or a forgotten session): only the index entry is left.
-      if (x === 'gone') stale.push(id);
+      if (x === 'gone') stale.push([id, e.root]);
       else if (x) closed.push(x);
     }
     await this.finish(closed, [], stale);
@@ -482,9 +568,14 @@ export class MoneyDetector implements Detector {
   }
 
   private async closeCovered(scope: Scope): Promise<void> {
-    const open = (await this.store.get<OpenMap>(mKeys.open)) ?? {};
+    // A tree's ceiling reads that tree's key only; an agent's or the total reads every tree's.
+    let open: [string, OpenEntry][];
+    if (scope.kind === 'tree') {
+      await this.migrate();
+      open = Object.entries((await this.store.get<OpenMap>(mKeys.open(scope.id))) ?? {});
+    } else open = await this.allOpen();
     const closed: Stretch[] = [];
-    for (const [id, e] of Object.entries(open)) {
+    for (const [id, e] of open) {
       const covered =
         scope.kind === 'total' ||
         (scope.kind === 'tree' && e.root === scope.id) ||
@@ -603,21 +694,41 @@ export class MoneyDetector implements Detector {
   }
 
   async forget(ids: readonly string[]): Promise<void> {
+    // A session's open stretch is in its flag's tree (an entry whose spend is gone already
+    // is dropped by the idle check).
+    const byRoot = new Map<string, Set<string>>();
     for (const id of ids) {
       this.reportsCalls.delete(id);
       this.reportsRequests.delete(id);
+      const root = (await this.spendOf(id))?.f?.root;
+      if (root) byRoot.set(root, (byRoot.get(root) ?? new Set()).add(id));
       await this.store.del(mKeys.session(id));
     }
+    let delta = 0;
+    for (const [root, gone] of byRoot) {
+      delta += await this.store.update<OpenMap, number>(mKeys.open(root), (cur) => {
+        const m: OpenMap = {};
+        for (const [id, e] of Object.entries(cur ?? {})) if (!gone.has(id)) m[id] = e;
+        const n = Object.keys(m).length;
+        return { value: n ? m : undefined, result: n - Object.keys(cur ?? {}).length };
+      });
+    }
+    if (delta) await this.store.add(mKeys.openCount, { [F.open]: delta });
+    if (this.legacyGone) return;
     const gone = new Set(ids);
-    await this.store.update<OpenMap, void>(mKeys.open, (cur) => {
+    await this.store.update<OpenMap, void>(mKeys.legacyOpen, (cur) => {
+      if (!cur) return { value: undefined, result: undefined };
       const m: OpenMap = {};
-      for (const [id, e] of Object.entries(cur ?? {})) if (!gone.has(id)) m[id] = e;
+      for (const [id, e] of Object.entries(cur)) if (!gone.has(id)) m[id] = e;
       return { value: m, result: undefined };
     });
   }
 
+  /** Open stretches in all trees: the counter (and what the layout before still holds, until it is moved). */
   private async openCount(): Promise<number> {
-    return Object.keys((await this.store.get<OpenMap>(mKeys.open)) ?? {}).length;
+    const n = (await this.store.counts(mKeys.openCount, [F.open]))[F.open];
+    if (this.legacyGone) return n;
+    return n + Object.keys((await this.store.get<OpenMap>(mKeys.legacyOpen)) ?? {}).length;
   }
 
   async health(): Promise<Record<string, unknown>> {

@@ -43,7 +43,11 @@ export const MoneyOptionsSchema = z.strictObject({
   retention: duration().prefault('30d'),
   /** Stretches kept per day at most (the oldest of that day go first). */
   max_stretches_per_day: z.number().int().min(10).max(1_000_000).default(5_000),
-  /** Open stretches tracked at most; past it the oldest is closed as ended. */
+  /**
+   * Open stretches tracked at most (bounded memory): a tree past it closes its oldest as
+   * ended at once; past it over all trees the oldest close as ended at the minute's idle
+   * check (each tree keeps its own, so no input reads a count of all of them).
+   */
   max_open: z.number().int().min(10).max(100_000).default(2_000),
   /** A flagged session with no input for this long has ended: its stretch closes. */
   idle_close: duration().prefault('30m'),
