@@ -33,8 +33,22 @@ export class Lru<K, V> {
   set(k: K, v: V): this {
     this.m.delete(k);
     this.m.set(k, v);
-    if (this.m.size > this.max) this.m.delete(this.m.keys().next().value as K);
+    if (this.m.size > this.max) this.evict();
     return this;
+  }
+
+  /**
+   * Past `max`, the oldest 1/64 go at once: a Map keeps deleted entries as holes at its
+   * front until it rehashes, and finding the oldest live key walks past them, so one
+   * walk per many evictions instead of one each (a full cache had made every set cost
+   * about 3x).
+   */
+  private evict(): void {
+    let n = this.m.size - this.max + (this.max >> 6);
+    for (const k of this.m.keys()) {
+      if (n-- <= 0) break;
+      this.m.delete(k);
+    }
   }
 
   delete(k: K): boolean {
