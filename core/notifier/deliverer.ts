@@ -67,6 +67,16 @@ export class Deliverer {
       maxAgeMs: n.max_age as number,
       maxAttempts: n.max_attempts as number,
     };
+    log.holdsRows(() => this.written());
+  }
+
+  /** The last write of held rows and marks (its errors are logged). */
+  private lastWrite: Promise<unknown> = Promise.resolve();
+
+  /** Writes the held rows and marks now and waits for them (not for deliveries in flight). */
+  private async written(): Promise<void> {
+    this.flush();
+    await this.lastWrite;
   }
 
   /** Writes after a delivery still in flight. */
@@ -100,16 +110,15 @@ export class Deliverer {
     if (!this.pending.length) return;
     const batch = this.pending;
     this.pending = [];
-    this.track(
-      this.log
-        .delivered(batch)
-        .catch((err) =>
-          this.logger.warn(
-            { err: (err as Error).message, rows: batch.length },
-            'could not write the delivery log and sent marks',
-          ),
+    this.lastWrite = this.log
+      .delivered(batch)
+      .catch((err) =>
+        this.logger.warn(
+          { err: (err as Error).message, rows: batch.length },
+          'could not write the delivery log and sent marks',
         ),
-    );
+      );
+    this.track(this.lastWrite);
   }
 
   channelNames(): string[] {

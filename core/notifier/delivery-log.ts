@@ -120,7 +120,16 @@ export class DeliveryLog {
     for (const { row } of batch) this.events?.emit('delivery', row);
   }
 
-  recent(limit = 100): Promise<DeliveryRecord[]> {
+  /** What a writer that holds rows back to batch them (the deliverer) gives to write them now. */
+  private heldRows: (() => Promise<void>) | undefined;
+
+  /** Registers the writer's flush: a read first writes the rows held back, so it sees every delivery made before it. */
+  holdsRows(flush: () => Promise<void>): void {
+    this.heldRows = flush;
+  }
+
+  async recent(limit = 100): Promise<DeliveryRecord[]> {
+    await this.heldRows?.();
     return this.store.list<DeliveryRecord>(KEY, Math.min(limit, this.cap));
   }
 

@@ -59,6 +59,14 @@ async function setup(
 }
 
 describe.each(backends())('notifier pipeline (%s)', (backend) => {
+  it('a delivery the receiver got is in the log read right after (its row is batched, not out of sight)', async () => {
+    const { v, b } = await setup(backend, [{ name: 'rec' }]);
+    await v.notifier.notify(alert());
+    // (polled every tick: the read comes within the row's batching delay)
+    await eventually(() => b.sent.length === 1, 10_000, 0);
+    expect((await v.deliveryLog.recent()).map((r) => r.outcome)).toEqual(['delivered']);
+  });
+
   it('1,000 triggers of one dedup_key in a burst deliver once', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec', rate_limit: { max: 1000, window: '1m' } }]);
     const results = await Promise.all(Array.from({ length: 1000 }, () => v.notifier.notify(alert())));
