@@ -215,13 +215,31 @@ describe.runIf(HAVE_OPENCODE)('README: the router embedding Vigil, with opencode
     expect(answered.every((x) => x.type.startsWith('text/event-stream'))).toBe(true);
 
     // The tree is recovering (the fake model holds the root's compaction summary): the
-    // plugin has aborted the worker, which stays refused until the compaction is done.
+    // plugin has aborted the worker (its ack is in the plugin log), which stays refused
+    // until the compaction is done. On a loaded machine the gate can refuse the worker's
+    // next request before the abort lands: opencode then holds that turn for its retry
+    // (Retry-After), so the turn is either aborted or waiting on the refusal; either way
+    // no request of the worker passes.
+    const abortAcked = () => {
+      const f = join(lab?.logs ?? '', 'plugin.jsonl');
+      if (!existsSync(f)) return false;
+      const lines = readFileSync(f, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      const ids = new Set(
+        lines.filter((l) => l.msg === 'directive' && l.type === 'abort' && l.session === child).map((l) => l.id),
+      );
+      return lines.some((l) => l.msg === 'ack' && l.type === 'abort' && ids.has(l.id) && l.ok === true);
+    };
     await until(
       'the worker aborted',
       async () => {
+        if (!abortAcked()) return false;
         const ms = await ocGet<OcMessage[]>(`/session/${child}/message`);
         const busy = await ocGet<Record<string, unknown>>('/session/status');
-        return ms.some((m) => m.info.error?.name === 'MessageAbortedError') && !(child in busy);
+        const aborted = ms.some((m) => m.info.error?.name === 'MessageAbortedError') && !(child in busy);
+        return aborted || seen.some((x) => x.conversation === child && x.status === 429);
       },
       { detail },
     );
