@@ -5,7 +5,7 @@ import { z } from 'zod';
 // prompts or message text cannot ride along under a new name. Every string is
 // bounded and printable ASCII (no newlines), so a field cannot smuggle content.
 // Replay checks tool events, markers and request records with a hand-written copy of
-// these rules (detectors/no-progress/replay/fastline.ts): change both together; its
+// these rules (core/wire-fast.ts, also the fast path of POST /progress): change both together; its
 // test compares them.
 
 /** Session, call and request ids: printable ASCII without spaces (opencode `ses_...`, provider call ids). */
