@@ -292,15 +292,15 @@ export class UnitStore implements Store {
   }
 
   private buffer(u: Unit, key: string, deltas: Readonly<Record<string, number>>, ttlMs?: number): void {
-    const acc = { ...(u.deltas.get(key) ?? {}) };
-    for (const [f, d] of Object.entries(deltas)) acc[f] = (acc[f] ?? 0) + d;
-    u.deltas.set(key, acc);
+    // Both sums are the unit's own objects, so a batch's adds merge in place (no copy per add).
+    const acc = u.deltas.get(key);
+    if (acc) for (const f in deltas) acc[f] = (acc[f] ?? 0) + deltas[f]!;
+    else u.deltas.set(key, { ...deltas });
     const prev = lastWrite(u, key);
     if (prev?.op === 'hincr') {
       // (counters add up: one write with the sums; the latest expiry)
-      const sum = { ...prev.deltas };
-      for (const [f, d] of Object.entries(deltas)) sum[f] = (sum[f] ?? 0) + d;
-      u.writes[u.lastWrite.get(key)!] = { op: 'hincr', key, deltas: sum, ttlMs: ttlMs || prev.ttlMs };
+      for (const f in deltas) prev.deltas[f] = (prev.deltas[f] ?? 0) + deltas[f]!;
+      if (ttlMs) prev.ttlMs = ttlMs;
       return;
     }
     record(u, key, { op: 'hincr', key, deltas: { ...deltas }, ttlMs: ttlMs ?? 0 });

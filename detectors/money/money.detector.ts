@@ -1,3 +1,4 @@
+import type { Counter } from 'prom-client';
 import { z } from 'zod';
 import type { Clock } from '../../core/clock.ts';
 import type {
@@ -102,6 +103,13 @@ export function recordSpend(r: RequestRecord): SpendInput {
   };
 }
 
+interface ModelFields {
+  usd: string;
+  tokens: string;
+  calls: string;
+  metrics: { usd: Counter.Internal; tokens: Counter.Internal; calls: Counter.Internal };
+}
+
 export class MoneyDetector implements Detector {
   readonly type = TYPE;
   /** Sessions known to report model calls (their tool calls are not calls) and request records. */
@@ -120,6 +128,12 @@ export class MoneyDetector implements Detector {
 
   private readonly c: ReturnType<typeof moneyMetrics>;
   private readonly views: MoneyViews;
+  /**
+   * A model's and an agent's hash field names and labelled counters, built once: every
+   * spent call names them, and there are few models and agents.
+   */
+  private readonly byModel = new Lru<string, ModelFields>(1_000);
+  private readonly byAgent = new Lru<string, { usd: string; tokens: string }>(1_000);
 
   constructor(private readonly d: MoneyDeps) {
     this.c = moneyMetrics(d.metrics, () => this.openCount());
@@ -128,6 +142,33 @@ export class MoneyDetector implements Detector {
 
   private get store(): Store {
     return this.d.store;
+  }
+
+  private modelFields(model: string): ModelFields {
+    let m = this.byModel.peek(model);
+    if (!m) {
+      m = {
+        usd: F.model(model, F.usd),
+        tokens: F.model(model, F.tokens),
+        calls: F.model(model, F.calls),
+        metrics: {
+          usd: this.c.spendUsd.labels(model),
+          tokens: this.c.spendTokens.labels(model),
+          calls: this.c.spendCalls.labels(model),
+        },
+      };
+      this.byModel.set(model, m);
+    }
+    return m;
+  }
+
+  private agentFields(agent: string): { usd: string; tokens: string } {
+    let a = this.byAgent.peek(agent);
+    if (!a) {
+      a = { usd: F.agent(agent, F.usd), tokens: F.agent(agent, F.tokens) };
+      this.byAgent.set(agent, a);
+    }
+    return a;
   }
 
   /** Read-modify-write of a session's spend (stored packed); `fn` may run again on a conflict. */
@@ -177,8 +218,9 @@ export class MoneyDetector implements Detector {
     const r = await this.mutate(id, (cur) => {
       const st = cur ?? newSessionSpend(x.ts);
       const added = addSpend(st, x);
-      const flagged = st.f ? { model: st.f.model, agent: st.f.agent } : undefined;
-      return { st, result: { ...added, req: st.req, mc: st.mc, flagged } };
+      const f = st.f;
+      const flagged = f ? { model: f.model, agent: f.agent } : undefined;
+      return { st, result: { c: added.c, k: added.k, u: added.u, req: st.req, mc: st.mc, flagged } };
     });
     if (r.mc) this.reportsCalls.set(id, true);
     if (r.req) this.reportsRequests.set(id, true);
@@ -188,17 +230,19 @@ export class MoneyDetector implements Detector {
     const meta = x.model && x.agent ? undefined : await this.d.tree.meta(id);
     const model = x.model ?? r.flagged?.model ?? meta?.models.at(-1) ?? 'unknown';
     const agent = x.agent ?? r.flagged?.agent ?? meta?.agent;
+    const mf = this.modelFields(model);
     const deltas: Record<string, number> = {
       [F.usd]: r.u,
       [F.tokens]: r.k,
       [F.calls]: r.c,
-      [F.model(model, F.usd)]: r.u,
-      [F.model(model, F.tokens)]: r.k,
-      [F.model(model, F.calls)]: r.c,
+      [mf.usd]: r.u,
+      [mf.tokens]: r.k,
+      [mf.calls]: r.c,
     };
     if (agent) {
-      deltas[F.agent(agent, F.usd)] = r.u;
-      deltas[F.agent(agent, F.tokens)] = r.k;
+      const af = this.agentFields(agent);
+      deltas[af.usd] = r.u;
+      deltas[af.tokens] = r.k;
     }
     if (r.flagged) addLoop(deltas, model, r);
     // The new totals are read back only when a budget is set (they are what it compares).
@@ -217,9 +261,9 @@ export class MoneyDetector implements Detector {
           )
         : this.treeExemption(day, s.root, k),
     ]);
-    this.c.spendUsd.inc({ model }, r.u);
-    this.c.spendTokens.inc({ model }, r.k);
-    this.c.spendCalls.inc({ model }, r.c);
+    mf.metrics.usd.inc(r.u);
+    mf.metrics.tokens.inc(r.k);
+    mf.metrics.calls.inc(r.c);
     if (!anyBudget(k.budgets)) return NONE;
     const out: Transition[] = [];
     const list = standings(s.root, agent, dt, tt, k);
