@@ -5,6 +5,7 @@ import { Lru } from './lru.ts';
 import { SESSION_KEY_HEADER } from './session-key.ts';
 import { keys, TTL } from './store/keys.ts';
 import type { Store } from './store/store.ts';
+import { afterCommit } from './unit.ts';
 
 // Which sensor a session belongs to (docs/api.md, Session keys). The first input that
 // names a session with a key binds the session to that key (trust on first use): the
@@ -13,7 +14,9 @@ import type { Store } from './store/store.ts';
 // A session no key has named yet takes keyless inputs as before (sensors that send no
 // key, embedders' in-process calls). Bindings never change, so each instance caches
 // the ones it has seen; an active session's binding is renewed now and then, so it
-// lives as long as the session does.
+// lives as long as the session does. Run inside a unit of work (POST /progress), the
+// reads are checked by its commit and a new binding is written with it: the cache
+// takes them once committed.
 
 /** Bindings cached per process (a binding never changes: a cached one is never stale). */
 const CACHED = 100_000;
@@ -59,7 +62,8 @@ export class SessionBindings {
     const hash = await this.store.get<string>(keys.binding(id));
     if (hash === undefined) return undefined;
     const e = { hash, at: this.clock.now() };
-    this.cache.set(id, e);
+    // (in a unit the read may be a guess the commit checks: cached once it is committed)
+    afterCommit(() => this.cache.set(id, e));
     return e;
   }
 
@@ -90,7 +94,7 @@ export class SessionBindings {
     }
     for (const r of renew) {
       await this.store.set(keys.binding(r.id), r.hash, TTL.binding);
-      this.cache.set(r.id, { hash: r.hash, at: now });
+      afterCommit(() => this.cache.set(r.id, { hash: r.hash, at: now }));
     }
     for (const f of fresh) {
       if (!(await this.store.setIfAbsent(keys.binding(f.id), f.hash, TTL.binding))) {
@@ -98,7 +102,7 @@ export class SessionBindings {
         const won = await this.store.get<string>(keys.binding(f.id));
         if (won !== undefined && !same(f.hash, won)) throw keyMismatch(f.id, 'wrong');
       }
-      this.cache.set(f.id, { hash: f.hash, at: now });
+      afterCommit(() => this.cache.set(f.id, { hash: f.hash, at: now }));
     }
   }
 

@@ -119,16 +119,20 @@ export class Dispatch {
    * call_id is committed already, or came earlier in the batch, is skipped. `tail`, when
    * given, runs at the end of the unit and its answer is returned as `tail`: a read there
    * is checked by the commit, so it costs no round trip of its own (undefined when every
-   * event was a repeat: nothing committed).
+   * event was a repeat: nothing committed). `head`, when given, runs first in the unit
+   * (a check that may refuse the input by throwing: nothing is written then); it runs
+   * on its own when every event was a repeat, so it is never skipped.
    */
   async progress<T = never>(
     events: readonly ProgressEvent[],
     origin: Origin = {},
     tail?: () => Promise<T>,
+    head?: () => Promise<void>,
   ): Promise<{ transitions: readonly Transition[]; tail?: T }> {
     const ids = events.map((ev) => (ev.call_id === undefined ? undefined : inputKey('p', ev.session_id, ev.call_id)));
     const r = await this.units.run(
       async (seen) => {
+        if (head) await head();
         let all = NONE;
         const took: number[] = [];
         const here = new Set<string>();
@@ -147,6 +151,7 @@ export class Dispatch {
       },
       [...new Set(ids.filter((id) => id !== undefined))],
     );
+    if (r.repeat && head) await head();
     this.emit('progress', { sessions: [...new Set(events.map((e) => e.session_id))] });
     if (r.repeat || !r.value) return { transitions: NONE };
     const { all, took } = r.value;

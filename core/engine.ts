@@ -46,11 +46,19 @@ export class Engine {
     return this.dispatch.driven.map((x) => x.detector);
   }
 
-  /** Progress events judged; their transitions and their trees' pending directives. */
-  async ingest(events: readonly ProgressEvent[], origin: Origin = {}): Promise<InputResult> {
+  /**
+   * Progress events judged; their transitions and their trees' pending directives.
+   * `check` (the service's session keys) runs first in the events' unit: a throw refuses
+   * the whole input with nothing written, and its reads cost no round trip of their own.
+   */
+  async ingest(
+    events: readonly ProgressEvent[],
+    origin: Origin = {},
+    check?: () => Promise<void>,
+  ): Promise<InputResult> {
     const sessions = events.map((e) => e.session_id);
     // The directives are read in the last event's unit: its commit checks them.
-    const r = await this.dispatch.progress(events, origin, () => this.pendingOf(sessions));
+    const r = await this.dispatch.progress(events, origin, () => this.pendingOf(sessions), check);
     return { transitions: r.transitions, directives: r.tail ?? (await this.pendingOf(sessions)) };
   }
 

@@ -303,8 +303,12 @@ export class Vigil {
   }
 
   /** Parsed progress events as a sensor route takes them: their transitions and their trees' pending directives. */
-  async ingest(events: readonly ProgressEvent[], origin: Origin = {}): Promise<InputResult> {
-    const r = await this.engine.ingest(events, origin);
+  async ingest(
+    events: readonly ProgressEvent[],
+    origin: Origin = {},
+    check?: () => Promise<void>,
+  ): Promise<InputResult> {
+    const r = await this.engine.ingest(events, origin, check);
     this.timed(events, r.transitions);
     return r;
   }

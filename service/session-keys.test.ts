@@ -292,6 +292,33 @@ describe.each(backends())('session keys over HTTP (%s)', (backend) => {
     expect(await gate(b.url, ROOT)).toBe('allow');
   });
 
+  it('a forged progress event is refused with nothing judged or stored; a retry with the key and a repeat are checked too', async () => {
+    const { a, b } = await services(backend);
+    await pluginReports(a);
+    // The key check runs in the events' unit (its binding read is checked by the commit):
+    // on Redis, b has cached nothing, so its read is a guess the commit must correct.
+    const ev = tool(ROOT, 7);
+    expectRefused(await call(b.url, 'POST', '/progress', { body: ev }), ROOT);
+    expectRefused(await call(b.url, 'POST', '/progress', { body: [tool('ses_free', 1), ev] }), ROOT);
+    // Nothing of either was judged: the same call ids are new, not repeats, and the
+    // unbound session in the refused batch was not bound or entered.
+    expect(await b.v.bindings.isBound('ses_free')).toBe(false);
+    expect(await b.v.tree.known('ses_free')).toBe(false);
+    const ok = await call(b.url, 'POST', '/progress', { body: ev, headers: key(SECRET, ROOT) });
+    expect(ok.status).toBe(202);
+    // The same event again is a repeat (nothing judged), and it is still checked.
+    expectRefused(await call(b.url, 'POST', '/progress', { body: ev }), ROOT);
+    expect((await call(b.url, 'POST', '/progress', { body: ev, headers: key(SECRET, ROOT) })).status).toBe(202);
+    // A binding made in b's unit is what a reads: a wrong key for it is refused there.
+    expect(
+      (await call(b.url, 'POST', '/progress', { body: tool('ses_new', 1), headers: key(SECRET, 'ses_new') })).status,
+    ).toBe(202);
+    expectRefused(
+      await call(a.url, 'POST', '/progress', { body: tool('ses_new', 2), headers: key(FORGED, 'ses_new') }),
+      'ses_new',
+    );
+  });
+
   it('a malformed key header is a 400 naming it', async () => {
     const { a } = await services(backend);
     const r = await call(a.url, 'POST', '/verdicts', {
