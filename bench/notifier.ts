@@ -1,7 +1,8 @@
 // The notifier against raw BullMQ, same run, same Redis (a redis-server of the bench's
 // own unless --url names one), a no-op channel, concurrency 1 (the default lane):
 //   latency   notify -> delivered beside BullMQ add -> processed, at --rate alerts/s
-//   capacity  the highest offered rate (a ladder of steps, --step-ms each) whose p99
+//   capacity  the highest offered rate (a ladder of steps, --step-ms each, then
+//             bisections of the last gap; a step that misses runs once more) whose p99
 //             stays within 1 s, for both
 //   cost      Redis server CPU and Node CPU per alert (INFO cpu and process.cpuUsage
 //             deltas over the latency run), and the commands Redis ran per alert
@@ -192,13 +193,42 @@ async function step(make: Make, rate: number, count: number, tag: string): Promi
   };
 }
 
-/** The highest rate of the ladder whose p99 stays within 1 s (0: not even the first). */
+/**
+ * Whether `rate` is sustained (p99 within 1 s). A step that misses is run once more: on
+ * a shared 2-core machine one scheduling stall can push a single step's p99 past the
+ * line, and that should not end the ladder for one side only.
+ */
+async function sustained(make: Make, rate: number, tag: string): Promise<Step | undefined> {
+  for (let t = 0; t < 2; t++) {
+    const s = await step(make, rate, Math.round((rate * args['step-ms']) / 1000), `${tag}-${rate}-${t}`);
+    if (s.p99 <= 1000) return s;
+  }
+  return undefined;
+}
+
+/**
+ * The highest sustained rate: a ladder x1.4 from 500/s up to the first rate missed,
+ * then BISECTIONS halvings of the gap between the last rate held and that one (0: not
+ * even the first step).
+ */
+const BISECTIONS = 3;
 async function capacity(make: Make, tag: string): Promise<{ rate: number; p99: number }> {
   let best = { rate: 0, p99: Number.NaN };
+  let missed: number | undefined;
   for (let rate = 500; rate <= 40_000; rate = Math.round(rate * 1.4)) {
-    const s = await step(make, rate, Math.round((rate * args['step-ms']) / 1000), `${tag}-${rate}`);
-    if (!(s.p99 <= 1000)) break;
+    const s = await sustained(make, rate, tag);
+    if (!s) {
+      missed = rate;
+      break;
+    }
     best = { rate, p99: s.p99 };
+  }
+  if (missed === undefined || best.rate === 0) return best;
+  for (let i = 0; i < BISECTIONS; i++) {
+    const rate = Math.round((best.rate + missed) / 2);
+    const s = await sustained(make, rate, tag);
+    if (s) best = { rate, p99: s.p99 };
+    else missed = rate;
   }
   return best;
 }
@@ -232,7 +262,7 @@ for (let run = 1; run <= args.runs; run++) {
     const gc = await capacity(vigilNotifier, `vc${run}`);
     ratio.cap = gc.rate / rc.rate;
     console.log(
-      `  sustained (p99 <= 1 s, ladder x1.4 from 500/s, ${args['step-ms']} ms steps): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
+      `  sustained (p99 <= 1 s; ladder x1.4 from 500/s, then ${BISECTIONS} bisections; ${args['step-ms']} ms steps, a miss tried twice): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
     );
   }
   console.log(
