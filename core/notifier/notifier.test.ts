@@ -402,7 +402,7 @@ async function commandsDuring(v: Vigil, fn: () => Promise<unknown>): Promise<str
 }
 
 describe.runIf(withRedis)('notifier commit (redis)', () => {
-  it('a transition commits in one command, and its gates and jobs go in one more', async () => {
+  it('a transition, its gates and its jobs commit in one command', async () => {
     const prefix = testPrefix();
     // No worker here: its delivery-log writes would mix with the commands counted.
     const v = await testVigil({
@@ -420,16 +420,16 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     await v.notifier.notify(alert({ dedup_key: 'warm-up', severity: 'critical' }));
     expect(await v.queue.depth()).toBe(2); // (after the queues' own set-up commands)
     let warning: NotifyResult | undefined;
-    // The unit's commit (incident and outbox entry), then the delivery script (which also
-    // deletes the entry: no XDEL of its own).
-    const two = ['evalsha', 'evalsha'];
-    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(two);
+    // The unit's commit (incident and outbox entry) runs the delivery step too, which
+    // deletes the entry with its jobs: no second script, no XDEL of its own.
+    const one = ['evalsha'];
+    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(one);
     expect(await v.store.base.outboxRead(10)).toEqual([]);
     // The escalation is the desk's escalation and the pager's trigger (its gate picks that job).
     let critical: NotifyResult | undefined;
     expect(
       await commandsDuring(v, async () => (critical = await v.notifier.notify(alert({ severity: 'critical' })))),
-    ).toEqual(two);
+    ).toEqual(one);
     // A repeat that changes nothing is one command too, and queues nothing.
     expect(await commandsDuring(v, () => v.notifier.notify(alert({ severity: 'critical' })))).toEqual(['evalsha']);
     const jobs = [...warning!.channels, ...critical!.channels].filter((c) => c.outcome === 'queued');
@@ -488,11 +488,18 @@ describe.runIf(withRedis)('notifier outbox on redis', () => {
     const { v, b } = await setup('redis', [{ name: 'rec' }]);
     const client = (v.store.base as RedisStore).client as unknown as Record<string, (...a: unknown[]) => unknown>;
     const commit = client.vigilCommit;
-    // The connection drops between the unit's commit and the delivery script.
+    // A unit that commits without the delivery step (one could not be planned), then the
+    // connection drops before the delivery script.
+    const notifier = v.notifier as unknown as { commit: { step: (...a: unknown[]) => Promise<unknown> } };
+    const step = notifier.commit.step;
+    notifier.commit.step = async () => {
+      throw new CommitUnsupported('no step');
+    };
     client.vigilCommit = async () => {
       throw new Error('Connection is closed.');
     };
     const r = await v.notifier.notify(alert());
+    notifier.commit.step = step;
     expect(r).toMatchObject({ fired: 'trigger', channels: [] });
     expect(await v.store.base.outboxRead(10)).toHaveLength(1);
     client.vigilCommit = commit;

@@ -8,13 +8,13 @@ import type { Logger } from '../logger.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import { TOKENS } from '../tokens.ts';
-import type { OutboxEntry, Units } from '../unit.ts';
+import type { OutboxEntry, OutboxStep, StepDone, Units } from '../unit.ts';
 import { admit, admitRequest, admitted } from './admit.ts';
 import type { DeliverJob } from './deliverer.ts';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.ts';
 import { type Incident, transition } from './lifecycle.ts';
 import type { AlertQueue } from './queue.ts';
-import { CommitUnsupported, RedisCommit } from './redis-commit.ts';
+import { type CommitChannel, type CommitResult, CommitUnsupported, RedisCommit } from './redis-commit.ts';
 import { route } from './route.ts';
 
 export type RouteOutcome = 'queued' | 'duplicate' | 'filtered' | 'suppressed' | 'error';
@@ -119,6 +119,12 @@ class Waiting extends Error {
   }
 }
 
+/** A transition's delivery, planned: each channel's route, and for the routed ones the commit's part. */
+interface Plan {
+  routes: [ChannelEntry, string?][];
+  planned: CommitChannel[];
+}
+
 /** The outbox entry of a transition: delivered after the unit that decided it commits. */
 interface AlertEntry {
   kind: 'alert';
@@ -164,7 +170,7 @@ export class Notifier {
   ) {
     for (const e of config.notifications.channels as ChannelEntry[]) this.entries.set(e.name, { ...e });
     this.commit = RedisCommit.for(store, queue, logger);
-    units.handle('alert', (e, id) => this.deliver(e as unknown as AlertEntry, id));
+    units.handle('alert', (e, id, step) => this.deliver(e as unknown as AlertEntry, id, step));
   }
 
   channels(): ChannelEntry[] {
@@ -211,7 +217,9 @@ export class Notifier {
           alert: alertOf(t.incident, t.fired, now),
           episode: t.incident.opened_at,
         };
-        await this.units.emit(entry as unknown as OutboxEntry);
+        // On Redis the delivery rides in the unit's own commit (its jobs exist when it answers).
+        const lent = this.commit ? await this.lend(this.commit, entry) : undefined;
+        await this.units.emit(entry as unknown as OutboxEntry, lent?.step, lent?.plan);
       }
       return t;
     });
@@ -224,15 +232,46 @@ export class Notifier {
   }
 
   /**
-   * Delivers one outbox entry (`id`): route, admit and enqueue for every channel, unless
-   * overtaken. 'done': the Redis script deleted the entry with the jobs it added.
+   * The delivery plan of a transition, lent to the unit that writes its outbox entry as
+   * a step of its commit; undefined when the commit cannot take it (it is then delivered
+   * after the commit, as the reconciler would).
    */
-  private async deliver(e: AlertEntry, id: string): Promise<'done' | undefined> {
+  private async lend(commit: RedisCommit, e: AlertEntry): Promise<{ step: OutboxStep; plan: Plan } | undefined> {
+    const plan = this.plan(e);
+    try {
+      const step = await commit.step(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident, plan.planned);
+      return { step, plan };
+    } catch (err) {
+      if (!(err instanceof CommitUnsupported)) throw err;
+      return undefined;
+    }
+  }
+
+  /**
+   * Delivers one outbox entry (`id`): route, admit and enqueue for every channel, unless
+   * overtaken. 'done': the Redis script deleted the entry with the jobs it added. `step`:
+   * the unit's commit ran the delivery already (lend()); what it answered.
+   */
+  private async deliver(e: AlertEntry, id: string, step?: StepDone): Promise<'done' | undefined> {
     let channels: NotifyResult['channels'] | undefined;
     let done: 'done' | undefined;
-    if (this.commit) {
+    if (this.commit && step) {
+      const plan = step.lent as Plan;
       try {
-        channels = await this.deliverInOne(this.commit, e, id);
+        if (!step.ok) throw new CommitUnsupported(step.error);
+        channels = await this.settle(e, plan, this.commit.answer(step.reply, plan.planned));
+        done = 'done';
+      } catch (err) {
+        if (!(err instanceof CommitUnsupported)) throw err;
+        // The entry is in the outbox, its unit committed: delivered below as any other.
+        this.logger.warn({ err: err.message }, 'notifier commit inside the unit failed; delivering after it');
+      }
+    }
+    if (!channels && this.commit) {
+      try {
+        const plan = this.plan(e);
+        const r = await this.commit.run(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident, plan.planned, id);
+        channels = await this.settle(e, plan, r);
         done = 'done';
       } catch (err) {
         if (!(err instanceof CommitUnsupported)) throw err;
@@ -257,15 +296,15 @@ export class Notifier {
   }
 
   /**
-   * The delivery stages with one round trip to Redis: the plan (route, the gate request
-   * and the job of each state a gate may answer) is computed here and the commit script
-   * checks the incident has not moved on, runs every gate, adds the admitted jobs and
-   * deletes the outbox entry `id`.
+   * The delivery stages with one round trip to Redis, planned here: route, the gate
+   * request and the job of each state a gate may answer. The commit script checks the
+   * incident has not moved on, runs every gate, adds the admitted jobs and deletes the
+   * outbox entry.
    */
-  private async deliverInOne(commit: RedisCommit, e: AlertEntry, id: string): Promise<NotifyResult['channels']> {
+  private plan(e: AlertEntry): Plan {
     const alert = e.alert;
     const routes: [ChannelEntry, string?][] = [];
-    const planned = [];
+    const planned: CommitChannel[] = [];
     for (const c of this.entries.values()) {
       const r = route(c, alert);
       routes.push([c, r.send ? undefined : r.reason]);
@@ -280,9 +319,15 @@ export class Notifier {
         }),
       });
     }
-    const channels = await commit.run(keys.handed(alert.dedup_key), alert.seq, TTL.incident, planned, id);
+    return { routes, planned };
+  }
+
+  /** What the commit of a plan gave each channel (suppressions are logged here). */
+  private async settle(e: AlertEntry, plan: Plan, channels: CommitResult): Promise<NotifyResult['channels']> {
+    const alert = e.alert;
     if (channels === 'waiting') throw new Waiting(alert);
     if (channels === 'handed') return [];
+    const { routes } = plan;
     // The gates' answers are in the order of the routed channels.
     let n = 0;
     const gated = routes.map(([, filtered]) => (filtered === undefined ? channels[n++] : undefined));

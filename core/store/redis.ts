@@ -3,7 +3,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
-import type { Raw, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
+import type { Raw, StepReply, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
 import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
 import {
   type AdmitRequest,
@@ -173,8 +173,14 @@ return out`;
 // the value past its stamp, or the whole of an unstamped one): any that changed is a
 // conflict, answered with what the key holds now; then the writes in order (count, then
 // per write its op and key index and its arguments). Nothing is written unless
-// everything checks.
-const UNIT = `
+// everything checks. An outbox write ('x') names its step's keys (first index, count)
+// and carries its arguments (count, then them): with a step function (`step`, the
+// Lua that defines it; unitStep) each entry's step runs once everything else is
+// written, the input ids included, under pcall, so a step that fails part-way leaves a
+// committed unit and its entry for the handler to deliver as usual. The reply: {1,
+// {entry ids}, {per entry 0 (no step), {1, reply} or {0, error}}}.
+function unitScript(step?: { lua: string; fn: string }): string {
+  return `${step ? `${step.lua}\nlocal STEP = ${step.fn}` : 'local STEP = nil'}
 local MARK = '\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}'
 local STAMP = ${STAMP_BYTES}
 local a = 1
@@ -211,7 +217,7 @@ for i = 1, nr do
   end
 end
 if #bad > 0 then return {0, bad} end
-local out = {1}
+local ids, pending = {}, {}
 local nw = tonumber(nx())
 for i = 1, nw do
   local op = nx()
@@ -238,17 +244,29 @@ for i = 1, nw do
     redis.call('LTRIM', k, 0, cap - 1)
     if t > 0 then redis.call('PEXPIRE', k, t) end
   elseif op == 'x' then
-    out[#out + 1] = redis.call('XADD', k, '*', 'v', nx())
+    local id = redis.call('XADD', k, '*', 'v', nx())
+    local k0, nk, na = tonumber(nx()), tonumber(nx()), tonumber(nx())
+    ids[#ids + 1] = id
+    pending[#ids] = nk + na > 0 and {id, k0, nk, a, na} or false
+    a = a + na
   end
 end
 for i = 1, ni do redis.call('SET', KEYS[tonumber(ARGV[ins + i - 1])], '1', 'PX', ttl) end
-return out`;
+local steps = {}
+for i = 1, #ids do
+  local s = pending[i]
+  if s and STEP then
+    local ok, r = pcall(STEP, {unpack(KEYS, s[2], s[2] + s[3] - 1)}, {unpack(ARGV, s[4], s[4] + s[5] - 1)}, s[1])
+    if ok then steps[i] = {1, r} else steps[i] = {0, tostring(type(r) == 'table' and r.err or r)} end
+  else steps[i] = 0 end
+end
+return {1, ids, steps}`;
+}
 
 /** The unit outbox's stream (one per namespace). */
 export const OUTBOX_KEY = 'outbox';
 
 type Commands = {
-  vigilUnitBuffer(numKeys: number, ...keysThenArgs: (string | number | Buffer)[]): Promise<unknown[]>;
   vigilPushCapped(key: string, value: string, cap: number, ttl: number): Promise<number>;
   vigilIncr(key: string, ttl: number, ...fieldDeltas: (string | number)[]): Promise<string[]>;
   vigilAdmit(...keysThenArgs: (string | number)[]): Promise<[number, string, number?]>;
@@ -361,6 +379,9 @@ export class RedisStore implements Store, UnitBackend {
   /** The stamp of each binary value handed to a unit, so its commit compares only that. */
   private readonly stampOf = new WeakMap<Uint8Array, Buffer>();
 
+  /** Outbox steps this store's commits can run (unitStep): name -> the commit command with it. */
+  private readonly steps = new Map<string, string>();
+
   /** The server this store talks to (a script touching other keys must run on the same one). */
   readonly url: string;
 
@@ -385,7 +406,7 @@ export class RedisStore implements Store, UnitBackend {
     client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
     client.defineCommand('vigilPushCapped', { numberOfKeys: 1, lua: PUSH_CAPPED });
     client.defineCommand('vigilIncr', { numberOfKeys: 1, lua: INCR });
-    client.defineCommand('vigilUnit', { lua: UNIT });
+    client.defineCommand('vigilUnit', { lua: unitScript() });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as (Redis | Cluster) & Commands;
@@ -642,7 +663,9 @@ export class RedisStore implements Store, UnitBackend {
       }
       return i;
     };
-    const args: (string | number | Buffer)[] = [plan.inputs.length, plan.inputTtlMs];
+    const args: (string | number | Uint8Array)[] = [plan.inputs.length, plan.inputTtlMs];
+    // The commit script with the steps of one name (the first entry's); another's entries commit without theirs.
+    let script: string | undefined;
     for (const k of plan.inputs) args.push(ki(k));
     args.push(plan.reads.length);
     for (const [k, v] of plan.reads) {
@@ -682,12 +705,22 @@ export class RedisStore implements Store, UnitBackend {
         case 'lpush':
           args.push('l', ki(w.key), w.value, w.cap, w.ttlMs);
           break;
-        case 'outbox':
+        case 'outbox': {
           args.push('x', ki(OUTBOX_KEY), w.value);
+          const st = w.step;
+          const command = st && this.steps.get(st.name);
+          if (command && !script) script = command;
+          if (st && command && command === script) {
+            // (the step's keys go in as they are, after the unit's so far: the step spells them)
+            args.push(ks.length + 1, st.keys.length, st.args.length, ...st.args);
+            ks.push(...st.keys);
+          } else args.push(0, 0, 0);
           break;
+        }
       }
     }
-    const r = await this.client.vigilUnitBuffer(ks.length, ...ks, ...args);
+    const client = this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown[]>>;
+    const r = await client[`${script ?? 'vigilUnit'}Buffer`](ks.length, ...ks, ...args);
     const code = Number(r[0]);
     if (code === 2) {
       const present = r.slice(1).map((i) => plan.inputs[Number(i) - 1]);
@@ -729,7 +762,24 @@ export class RedisStore implements Store, UnitBackend {
       }
     }
     for (const k of plan.inputs) this.inputsSeen.set(this.k(k), true);
-    return { ok: true, outbox: r.slice(1).map((x) => String(x)) };
+    const ids = (r[1] as Buffer[]).map((x) => String(x));
+    if (!script) return { ok: true, outbox: ids };
+    const steps = (r[2] as (0 | [number, unknown])[]).map((x): StepReply | undefined =>
+      x === 0 ? undefined : x[0] === 1 ? { ok: true, reply: x[1] } : { ok: false, error: String(x[1]) },
+    );
+    return { ok: true, outbox: ids, steps };
+  }
+
+  /**
+   * A step an outbox entry may lend its unit's commit (core/unit.ts OutboxStep): `lua`
+   * defines the Lua function `fn(KEYS, ARGV, entry)` (entry: the outbox entry's id), run
+   * in the commit script after every write. Its reply comes back as Redis gives it with
+   * strings as Buffers. One commit runs the steps of one name.
+   */
+  unitStep(name: string, lua: string, fn: string): void {
+    const command = `vigilUnitStep${this.steps.size + 1}`;
+    this.client.defineCommand(command, { lua: unitScript({ lua, fn }) });
+    this.steps.set(name, command);
   }
 
   async outboxRead(limit: number, before?: number): Promise<{ id: string; value: string }[]> {

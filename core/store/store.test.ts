@@ -394,3 +394,86 @@ describe('memory store: counters and lists expire like Redis keys', () => {
     expect(await s.list('l', 5)).toEqual([]);
   });
 });
+
+describe.runIf(backends().includes('redis'))("an outbox entry's step inside the unit's commit (redis)", () => {
+  const make = () => {
+    const s = new RedisStore({ url: REDIS_URL, prefix: testPrefix() });
+    redisStores.push(s);
+    // A step that counts into a key of its own, and fails part-way when told to.
+    s.unitStep(
+      'count',
+      `local function countStep(KEYS, ARGV, entry)
+  redis.call('INCRBY', KEYS[1], ARGV[1])
+  if ARGV[2] == 'fail' then redis.call('INCR', KEYS[1], 'too', 'many') end
+  return {redis.call('GET', KEYS[1]), entry}
+end`,
+      'countStep',
+    );
+    return s;
+  };
+  const entry = (s: RedisStore, by: number, how = 'ok'): UnitWrite => ({
+    op: 'outbox',
+    value: JSON.stringify({ kind: 'test' }),
+    step: { name: 'count', keys: [s.redisKey('n')], args: [by, how] },
+  });
+
+  it('runs after the writes with the entry id, and answers with the ids', async () => {
+    const s = make();
+    const r = await s.commitUnit({
+      inputs: ['in1'],
+      inputTtlMs: 60_000,
+      reads: [],
+      writes: [
+        { op: 'set', key: 'a', value: '"x"', ttlMs: 0 },
+        entry(s, 2),
+        { op: 'outbox', value: '{"kind":"plain"}' },
+      ],
+    });
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.outbox).toHaveLength(2);
+    expect(r.steps).toHaveLength(2);
+    const [first, second] = r.steps!;
+    expect(first?.ok).toBe(true);
+    const reply = (first as { reply: Buffer[] }).reply.map(String);
+    expect(reply).toEqual(['2', r.outbox[0]]);
+    expect(second).toBeUndefined();
+    expect(await s.get('a')).toBe('x');
+  });
+
+  it('a step that fails part-way leaves the unit committed (writes, input ids, entry) and says why', async () => {
+    const s = make();
+    const plan = {
+      inputs: ['in2'],
+      inputTtlMs: 60_000,
+      reads: [] as [string, Raw, boolean][],
+      writes: [{ op: 'set', key: 'b', value: '"y"', ttlMs: 0 } as UnitWrite, entry(s, 5, 'fail')],
+    };
+    const r = await s.commitUnit(plan);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.steps?.[0]).toMatchObject({ ok: false, error: expect.stringMatching(/wrong number of arg/i) });
+    expect(await s.get('b')).toBe('y');
+    // What the step did before it failed stands (Lua does not roll back): a step is written to be redone.
+    expect(await s.client.get(s.redisKey('n'))).toBe('5');
+    expect(await s.outboxRead(10)).toHaveLength(1);
+    // Its input ids were written before the step ran: the same input again is a repeat.
+    const other = new RedisStore({ url: REDIS_URL, prefix: s.redisKey('').slice(0, -1) });
+    redisStores.push(other);
+    const again = await other.commitUnit(plan);
+    expect(again).toMatchObject({ ok: false, repeat: true });
+  });
+
+  it('a step of a name the store was not given is left out: the unit commits, the entry waits for its handler', async () => {
+    const s = make();
+    const w: UnitWrite = {
+      op: 'outbox',
+      value: '{"kind":"test"}',
+      step: { name: 'other', keys: [s.redisKey('n')], args: [1, 'ok'] },
+    };
+    const r = await s.commitUnit({ inputs: [], inputTtlMs: 60_000, reads: [], writes: [w] });
+    expect(r).toMatchObject({ ok: true });
+    expect(r.ok && r.steps).toBeFalsy();
+    expect(await s.client.get(s.redisKey('n'))).toBeNull();
+  });
+});
