@@ -157,6 +157,10 @@ export class MoneyDetector implements Detector {
           calls: this.c.spendCalls.labels(model),
         },
       };
+      // Each model's series exists from its first input on, at 0 until it adds any.
+      m.metrics.usd.inc(0);
+      m.metrics.tokens.inc(0);
+      m.metrics.calls.inc(0);
       this.byModel.set(model, m);
     }
     return m;
@@ -231,24 +235,23 @@ export class MoneyDetector implements Detector {
     const model = x.model ?? r.flagged?.model ?? meta?.models.at(-1) ?? 'unknown';
     const agent = x.agent ?? r.flagged?.agent ?? meta?.agent;
     const mf = this.modelFields(model);
-    const deltas: Record<string, number> = {
-      [F.usd]: r.u,
-      [F.tokens]: r.k,
-      [F.calls]: r.c,
-      [mf.usd]: r.u,
-      [mf.tokens]: r.k,
-      [mf.calls]: r.c,
-    };
-    if (agent) {
+    const budgets = anyBudget(k.budgets);
+    // Without a budget nothing reads the totals back, so a zero add is left out (most
+    // tool calls add one call and nothing else); with one, every total is read back.
+    const deltas: Record<string, number> = {};
+    if (r.u || budgets) deltas[F.usd] = deltas[mf.usd] = r.u;
+    if (r.k || budgets) deltas[F.tokens] = deltas[mf.tokens] = r.k;
+    if (r.c || budgets) deltas[F.calls] = deltas[mf.calls] = r.c;
+    if (agent && (r.u || r.k || budgets)) {
       const af = this.agentFields(agent);
-      deltas[af.usd] = r.u;
-      deltas[af.tokens] = r.k;
+      if (r.u || budgets) deltas[af.usd] = r.u;
+      if (r.k || budgets) deltas[af.tokens] = r.k;
     }
     if (r.flagged) addLoop(deltas, model, r);
     // The new totals are read back only when a budget is set (they are what it compares).
     const dayKey = mKeys.day(day);
     const [dt, tt] = await Promise.all([
-      anyBudget(k.budgets)
+      budgets
         ? this.store.incr(dayKey, deltas, k.retention + DAY)
         : this.store.add(dayKey, deltas, k.retention + DAY).then(() => ({})),
       // A tree's own counters only while a tree ceiling is set (one key per tree and day).
@@ -261,10 +264,11 @@ export class MoneyDetector implements Detector {
           )
         : this.treeExemption(day, s.root, k),
     ]);
-    mf.metrics.usd.inc(r.u);
-    mf.metrics.tokens.inc(r.k);
-    mf.metrics.calls.inc(r.c);
-    if (!anyBudget(k.budgets)) return NONE;
+    // (prom-client hashes the labels on every inc: a zero one is skipped, its series exists from modelFields)
+    if (r.u) mf.metrics.usd.inc(r.u);
+    if (r.k) mf.metrics.tokens.inc(r.k);
+    if (r.c) mf.metrics.calls.inc(r.c);
+    if (!budgets) return NONE;
     const out: Transition[] = [];
     const list = standings(s.root, agent, dt, tt, k);
     for (const [scope, st] of list) {
