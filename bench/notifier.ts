@@ -6,8 +6,11 @@
 //             stays within 1 s, for both
 //   cost      Redis server CPU and Node CPU per alert (INFO cpu and process.cpuUsage
 //             deltas over the latency run), and the commands Redis ran per alert
+// The two sides take turns: the latency run is --chunks chunks of each, alternating, and
+// the two capacity ladders climb step by step side by side, so a change in the shared
+// machine's speed (other tenants) falls on both sides of a ratio, not on one.
 // Each of --runs runs prints its ratios; the last lines give their range.
-//   npm run bench:notifier [-- --rate 500 --count 3000 --runs 3]
+//   npm run bench:notifier [-- --rate 500 --count 3000 --runs 3 --chunks 3]
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
@@ -27,6 +30,7 @@ const args = benchArgs(
     rate: z.coerce.number().int().positive().default(500),
     count: z.coerce.number().int().positive().default(3000),
     runs: z.coerce.number().int().positive().default(3),
+    chunks: z.coerce.number().int().positive().default(3),
     'step-ms': z.coerce.number().int().positive().default(2000),
     capacity: z.enum(['on', 'off']).default('on'),
     url: z.string().optional(),
@@ -156,6 +160,11 @@ interface Step {
 
 /** `count` alerts at `rate`/s through a fresh system; latency from fire to delivery. */
 async function step(make: Make, rate: number, count: number, tag: string): Promise<Step> {
+  return summary([await chunk(make, rate, count, tag)]);
+}
+
+/** What step() measures, as totals (chunks of one side are pooled by summary()). */
+async function chunk(make: Make, rate: number, count: number, tag: string): Promise<Chunk> {
   const started = new Map<string, number>();
   const lat: number[] = [];
   const sys = await make((key) => {
@@ -182,15 +191,46 @@ async function step(make: Make, rate: number, count: number, tag: string): Promi
   const calls = await commandCalls();
   const complete = lat.length >= count;
   await sys.close();
-  const commands = new Map([...calls].map(([k, n]) => [k, n / count]));
+  return { lat, count, redisUs, nodeUs: node.user + node.system, calls, complete };
+}
+
+/** One chunk's raw measurements (totals, not per alert). */
+interface Chunk {
+  lat: number[];
+  count: number;
+  redisUs: number;
+  nodeUs: number;
+  calls: Map<string, number>;
+  complete: boolean;
+}
+
+/** Chunks of one side pooled: latencies together, costs per alert over all of them. */
+function summary(cs: Chunk[]): Step {
+  const lat = cs.flatMap((c) => c.lat);
+  const count = cs.reduce((n, c) => n + c.count, 0);
+  const complete = cs.every((c) => c.complete);
+  const calls = new Map<string, number>();
+  for (const c of cs) for (const [k, n] of c.calls) calls.set(k, (calls.get(k) ?? 0) + n);
   return {
     p50: pct(lat, 50),
     p99: complete ? pct(lat, 99) : Number.POSITIVE_INFINITY,
-    redisUs: redisUs / count,
-    nodeUs: (node.user + node.system) / count,
-    commands,
+    redisUs: cs.reduce((n, c) => n + c.redisUs, 0) / count,
+    nodeUs: cs.reduce((n, c) => n + c.nodeUs, 0) / count,
+    commands: new Map([...calls].map(([k, n]) => [k, n / count])),
     complete,
   };
+}
+
+/** The latency run: `count` alerts of each side at `rate`, in `n` chunks taken in turns. */
+async function interleaved(rate: number, count: number, n: number, tag: string): Promise<[Step, Step]> {
+  const per = Math.max(1, Math.round(count / n));
+  const r: Chunk[] = [];
+  const g: Chunk[] = [];
+  for (let i = 0; i < n; i++) {
+    r.push(await chunk(rawBullmq, rate, per, `r${tag}-${i}`));
+    g.push(await chunk(vigilNotifier, rate, per, `v${tag}-${i}`));
+  }
+  return [summary(r), summary(g)];
 }
 
 /**
@@ -207,30 +247,41 @@ async function sustained(make: Make, rate: number, tag: string): Promise<Step | 
 }
 
 /**
- * The highest sustained rate: a ladder x1.4 from 500/s up to the first rate missed,
- * then BISECTIONS halvings of the gap between the last rate held and that one (0: not
- * even the first step).
+ * The highest sustained rate of each side: a ladder x1.4 from 500/s up to the first rate
+ * missed, then BISECTIONS halvings of the gap between the last rate held and that one
+ * (0: not even the first step). The two ladders take turns, step by step, so both climb
+ * through the same stretch of the machine's time.
  */
 const BISECTIONS = 3;
-async function capacity(make: Make, tag: string): Promise<{ rate: number; p99: number }> {
-  let best = { rate: 0, p99: Number.NaN };
-  let missed: number | undefined;
-  for (let rate = 500; rate <= 40_000; rate = Math.round(rate * 1.4)) {
-    const s = await sustained(make, rate, tag);
-    if (!s) {
-      missed = rate;
-      break;
+interface Ladder {
+  make: Make;
+  tag: string;
+  best: { rate: number; p99: number };
+  missed?: number;
+}
+async function capacities(run: number): Promise<[Ladder, Ladder]> {
+  const sides: [Ladder, Ladder] = [
+    { make: rawBullmq, tag: `rc${run}`, best: { rate: 0, p99: Number.NaN } },
+    { make: vigilNotifier, tag: `vc${run}`, best: { rate: 0, p99: Number.NaN } },
+  ];
+  for (let rate = 500; rate <= 40_000 && sides.some((l) => l.missed === undefined); rate = Math.round(rate * 1.4)) {
+    for (const l of sides) {
+      if (l.missed !== undefined) continue;
+      const s = await sustained(l.make, rate, l.tag);
+      if (s) l.best = { rate, p99: s.p99 };
+      else l.missed = rate;
     }
-    best = { rate, p99: s.p99 };
   }
-  if (missed === undefined || best.rate === 0) return best;
   for (let i = 0; i < BISECTIONS; i++) {
-    const rate = Math.round((best.rate + missed) / 2);
-    const s = await sustained(make, rate, tag);
-    if (s) best = { rate, p99: s.p99 };
-    else missed = rate;
+    for (const l of sides) {
+      if (l.missed === undefined || l.best.rate === 0) continue;
+      const rate = Math.round((l.best.rate + l.missed) / 2);
+      const s = await sustained(l.make, rate, l.tag);
+      if (s) l.best = { rate, p99: s.p99 };
+      else l.missed = rate;
+    }
   }
-  return best;
+  return sides;
 }
 
 const ms = (x: number) => `${x.toFixed(2).padStart(7)} ms`;
@@ -242,12 +293,11 @@ const top = (c: Map<string, number>) =>
     .join(', ');
 
 console.log(
-  `notifier bench: ${args.count} alerts at ${args.rate}/s, ${args.url ? `Redis ${args.url}` : 'a redis-server of its own'}, no-op channel, concurrency 1, ${args.runs} runs`,
+  `notifier bench: ${args.count} alerts at ${args.rate}/s per side (in ${args.chunks} chunks, the sides in turns), ${args.url ? `Redis ${args.url}` : 'a redis-server of its own'}, no-op channel, concurrency 1, ${args.runs} runs`,
 );
 const ratios: { p50: number; p99: number; cap: number }[] = [];
 for (let run = 1; run <= args.runs; run++) {
-  const r = await step(rawBullmq, args.rate, args.count, `r${run}`);
-  const g = await step(vigilNotifier, args.rate, args.count, `v${run}`);
+  const [r, g] = await interleaved(args.rate, args.count, args.chunks, `${run}`);
   console.log(`run ${run}`);
   console.log(`  raw BullMQ add -> processed   p50 ${ms(r.p50)}   p99 ${ms(r.p99)}`);
   console.log(`  vigil notify -> delivered     p50 ${ms(g.p50)}   p99 ${ms(g.p99)}`);
@@ -258,11 +308,10 @@ for (let run = 1; run <= args.runs; run++) {
   console.log(`  Redis commands per alert, vigil: ${top(g.commands)}`);
   const ratio = { p50: g.p50 / r.p50, p99: g.p99 / r.p99, cap: Number.NaN };
   if (args.capacity === 'on') {
-    const rc = await capacity(rawBullmq, `rc${run}`);
-    const gc = await capacity(vigilNotifier, `vc${run}`);
+    const [rc, gc] = (await capacities(run)).map((l) => l.best);
     ratio.cap = gc.rate / rc.rate;
     console.log(
-      `  sustained (p99 <= 1 s; ladder x1.4 from 500/s, then ${BISECTIONS} bisections; ${args['step-ms']} ms steps, a miss tried twice): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
+      `  sustained (p99 <= 1 s; ladders x1.4 from 500/s side by side, then ${BISECTIONS} bisections each; ${args['step-ms']} ms steps, a miss tried twice): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
     );
   }
   console.log(
