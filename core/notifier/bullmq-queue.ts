@@ -73,8 +73,17 @@ export class BullQueue implements AlertQueue {
     // Both commands go out on one connection back to back (one round trip), so the
     // existence check runs before the add. BullMQ itself ignores a second add of a kept
     // jobId; the check is what tells the caller it was a duplicate.
-    const [existing] = await Promise.all([q.getJob(job.id), q.add('deliver', job, jobOpts(job.id))]);
-    return existing === undefined;
+    const [existing, added] = await Promise.allSettled([q.getJob(job.id), q.add('deliver', job, jobOpts(job.id))]);
+    if (added.status === 'rejected') {
+      // BullMQ stores the job's hash before it queues the id: an add that failed after
+      // that would make every retry a duplicate (an add that reaches its error got past
+      // BullMQ's own duplicate check, so the hash is this add's). Deleted, the retry adds it.
+      if (existing.status === 'fulfilled' && existing.value === undefined)
+        await this.producer.del(q.toKey(job.id)).catch(() => {});
+      throw added.reason;
+    }
+    if (existing.status === 'rejected') throw existing.reason;
+    return existing.value === undefined;
   }
 
   /**

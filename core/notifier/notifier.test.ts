@@ -463,6 +463,44 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
     expect(await v.store.base.outboxRead(10)).toEqual([]);
   });
+
+  it('an add that fails after BullMQ stored the job (its wait list the wrong type) is not taken for a duplicate: the reconciler sends it once', async () => {
+    const { v, b } = await setup('redis', [{ name: 'rec' }]);
+    const q = (v.queue as unknown as { queue(c: string): { toKey(t: string): string } }).queue('rec');
+    const redis = (v.store.base as RedisStore).client;
+    await redis.set(q.toKey('wait'), 'not-a-list');
+    const r = await v.notifier.notify(alert());
+    // The in-unit step, the standalone commit and the stages all failed at the push.
+    expect(r).toMatchObject({ fired: 'trigger', channels: [] });
+    expect(await v.store.base.outboxRead(10)).toHaveLength(1);
+    await redis.del(q.toKey('wait'));
+    expect(await v.units.reconcile(true)).toBe(1);
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 1);
+    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
+    expect(await v.store.base.outboxRead(10)).toEqual([]);
+  });
+
+  it("two transitions in one unit, the first one's step failing in the commit: the second goes out right after the first, not at the reconciler", async () => {
+    const { v, b } = await setup('redis', [{ name: 'rec' }]);
+    const commit = (v.notifier as unknown as { commit: { step(...a: unknown[]): Promise<{ args: unknown[] }> } })
+      .commit;
+    const step = commit.step.bind(commit);
+    commit.step = async (...a: unknown[]) => {
+      const st = await step(...a);
+      // (a channel count that is not a number: the first transition's step errors under pcall)
+      if (a[1] === 1) st.args[1] = 'bad';
+      return st;
+    };
+    await v.units.run(async () => {
+      await v.notifier.notify(alert());
+      await v.notifier.notify(alert({ severity: 'critical' }));
+    });
+    expect(await v.store.base.outboxRead(10)).toEqual([]);
+    await v.queue.idle();
+    await eventually(() => b.sent.length === 2);
+    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1', 'escalate#2']);
+  });
 });
 
 describe.runIf(withRedis)('notifier outbox on redis', () => {

@@ -242,7 +242,9 @@ export class Notifier {
       const step = await commit.step(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident, plan.planned);
       return { step, plan };
     } catch (err) {
-      if (!(err instanceof CommitUnsupported)) throw err;
+      // (preparing touches nothing: whatever fails here, the entry is delivered after the commit)
+      if (!(err instanceof CommitUnsupported))
+        this.logger.warn({ err: (err as Error).message }, 'notifier commit could not be planned; delivering after it');
       return undefined;
     }
   }
@@ -259,8 +261,13 @@ export class Notifier {
       const plan = step.lent as Plan;
       try {
         if (!step.ok) throw new CommitUnsupported(step.error);
-        channels = await this.settle(e, plan, this.commit.answer(step.reply, plan.planned));
-        done = 'done';
+        const r = this.commit.answer(step.reply, plan.planned);
+        // Waiting: the previous transition's step may have failed in this same commit, and
+        // its delivery comes just before this one; the standalone commit below looks again.
+        if (r !== 'waiting') {
+          channels = await this.settle(e, plan, r);
+          done = 'done';
+        }
       } catch (err) {
         if (!(err instanceof CommitUnsupported)) throw err;
         // The entry is in the outbox, its unit committed: delivered below as any other.

@@ -56,8 +56,10 @@ const STEP_FN = 'vigilCommitStep';
 // (its entry deleted too).
 // Every gate runs first; a gate that answers a state no job was prepared for answers {4,
 // why} before any job is added (the stage-by-stage path redoes it: the gates answer the
-// same transition as they did). It answers a value, never an error: inside a unit's
-// commit (Store unitStep) an error would stop the script after the unit's writes.
+// same transition as they did). It answers a value, never an error, except when BullMQ's
+// add itself fails: the job's hash it may have stored is deleted first (so a retry adds
+// the job again instead of calling it a duplicate), and the error stops the commit (a
+// unit's commit runs the step under pcall, so the unit's writes and entry stand).
 function commitStep(bullAdd: string): string {
   return `${ADMIT_FN}
 local function bullAdd(KEYS, ARGV)
@@ -89,7 +91,13 @@ end
 for c, pick in pairs(plan) do
   out[c][4] = redis.call('EXISTS', pick[2])
   out[c][5] = pick[1]
-  bullAdd(pick[3], pick[4])
+  local ok, err = pcall(bullAdd, pick[3], pick[4])
+  if not ok then
+    -- BullMQ stores the job's hash before it queues the id: a hash left by an add that
+    -- failed would make every retry a 'duplicate', and the alert would never go out.
+    if out[c][4] == 0 then redis.call('DEL', pick[2]) end
+    error(err)
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 done()
