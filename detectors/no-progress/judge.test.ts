@@ -407,6 +407,25 @@ describe('state encoding', () => {
     expect(encodeState(s).length).toBeLessThan(v3.length * 0.85);
   });
 
+  it('keeps any text, ASCII or not, as UTF-8 (a lone surrogate as TextEncoder writes it)', () => {
+    const wellFormed = (x: string | undefined) =>
+      x === undefined ? undefined : new TextDecoder().decode(new TextEncoder().encode(x));
+    const text = fc.string({ unit: 'binary', maxLength: 40 });
+    fc.assert(
+      fc.property(text, text, text, (agent, toolName, target) => {
+        const s = newSessionState(k);
+        for (let i = 0; i < 3; i++) onProgress(s, tool('x', `c${i}`, { agent, tool: toolName, target }), k);
+        const bytes = encodeState(s);
+        const back = decodeState(bytes);
+        expect(back.agent).toBe(wellFormed(s.agent));
+        expect(back.topTarget).toBe(wellFormed(s.topTarget));
+        expect(back.names).toEqual(s.names?.map(wellFormed));
+        expect(encodeState(back)).toEqual(bytes);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('rejects a truncated state', () => {
     const s = newSessionState(k);
     for (let i = 0; i < 30; i++) onProgress(s, tool('x', `c${i}`), k);
