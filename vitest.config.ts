@@ -14,6 +14,7 @@ import { defineConfig } from 'vitest/config';
 
 export const REDIS = [
   'core/binding.test.ts',
+  'core/decoded.test.ts',
   'core/notifier/notifier.test.ts',
   'core/store/store.test.ts',
   'core/unit.test.ts',

@@ -150,6 +150,11 @@ export function inUnit(): boolean {
   return current() !== undefined;
 }
 
+/** The open unit as an opaque token (undefined outside one): tells whether two calls share a unit. */
+export function unitToken(): object | undefined {
+  return current();
+}
+
 const isBytes = (v: Raw): v is Uint8Array => v instanceof Uint8Array;
 
 /** The unit's last write of a key that a later one may replace (set, del, counter add). */

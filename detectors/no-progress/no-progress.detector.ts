@@ -1,5 +1,6 @@
 import type { Clock } from '../../core/clock.ts';
 import type { Detector, ModeEvent, SessionInfo, SessionReadout, Transition, TreeState } from '../../core/contracts.ts';
+import { DecodedCache } from '../../core/decoded.ts';
 import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
@@ -56,6 +57,8 @@ export interface StoredVerdict {
 const RANK: Record<VerdictLevel, number> = { ok: 0, stalling: 1, looping: 2 };
 /** Shared empty result: most events change nothing, so nothing is allocated for them. */
 const NONE: readonly Transition[] = Object.freeze([]);
+/** Sessions whose decoded state is kept beside its bytes (shared store; about 3.4 KB each). */
+const DECODED_MAX = 5_000;
 /** Sparkline points kept per session (in-process). */
 const SERIES = 30;
 
@@ -106,6 +109,8 @@ class LiveRepo implements SessionRepo {
 
 /** Shared: compact bytes per session, written compare-and-set (retried on a conflict). */
 class StoreRepo implements SessionRepo {
+  /** The states this process last wrote, beside their bytes: a session's next event skips the decode. */
+  private readonly decoded = new DecodedCache<SessionState>(DECODED_MAX);
   constructor(
     private readonly store: Store,
     private readonly knobs: () => NoProgressKnobs,
@@ -117,11 +122,14 @@ class StoreRepo implements SessionRepo {
   mutate(id: string, fn: (s: SessionState) => void) {
     // Compare-and-set against the bytes this process last wrote: one round trip while
     // the session's events come here; another instance's write costs a retry.
-    return this.store.updateBytes(npKeys.state(id), (before) => {
-      const s = before === undefined ? newSessionState(this.knobs()) : decodeState(before);
+    const key = npKeys.state(id);
+    return this.store.updateBytes(key, (before) => {
+      const s = before === undefined ? newSessionState(this.knobs()) : this.decoded.take(key, before, decodeState);
       const from = s.level;
       fn(s);
-      return { value: encodeState(s), result: { s, from }, ttlMs: NP_TTL.state };
+      const value = encodeState(s);
+      this.decoded.keep(key, value, s);
+      return { value, result: { s, from }, ttlMs: NP_TTL.state };
     });
   }
   async ids() {

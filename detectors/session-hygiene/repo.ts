@@ -1,3 +1,4 @@
+import { DecodedCache } from '../../core/decoded.ts';
 import type { Store } from '../../core/store/store.ts';
 import { decodeHygiene, encodeHygiene, resumePendingIn } from './codec.ts';
 import { R_RESUMES } from './judge/state.ts';
@@ -143,6 +144,8 @@ export function bookOf(model: string, e: ModelEnvelope | null | undefined): Enve
 
 /** Shared: a compact state per session (codec.ts) and JSON per model, written compare-and-set. */
 export class StoreRepo implements HygieneRepo {
+  /** The states this process last wrote, beside their bytes: a session's next input skips the decode. */
+  private readonly decoded = new DecodedCache<HygieneState>(5_000);
   constructor(
     private readonly store: Store,
     private readonly knobs: () => HygieneOptions,
@@ -159,16 +162,19 @@ export class StoreRepo implements HygieneRepo {
   }
 
   async mutate(id: string, step: Step, create: boolean): Promise<readonly HygieneChange[] | undefined> {
+    const key = hyKeys.state(id);
     const r = await this.store.updateBytes<
       { changes: readonly HygieneChange[]; timed: [boolean, boolean]; flagged: [boolean, boolean] } | undefined
-    >(hyKeys.state(id), (bytes) => {
-      const cur = bytes === undefined ? undefined : decodeHygiene(bytes);
+    >(key, (bytes) => {
+      const cur = bytes === undefined ? undefined : this.decoded.take(key, bytes, decodeHygiene);
       if (cur === undefined && !create) return { value: undefined, result: undefined };
       const s = cur ?? newHygieneState(id);
       const before: [boolean, boolean] = [isTimed(cur), isFlagged(cur)];
       const changes = step(s);
+      const value = encodeHygiene(s);
+      this.decoded.keep(key, value, s);
       return {
-        value: encodeHygiene(s),
+        value,
         result: { changes, timed: [before[0], isTimed(s)], flagged: [before[1], isFlagged(s)] },
         ttlMs: HY_TTL.state,
       };
