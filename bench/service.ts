@@ -43,6 +43,8 @@ const args = benchArgs(
     conflicts: z.enum(['yes', 'no']).default('yes'),
     /** Tool calls per agent per second while it works, for the agents-per-Redis figure. */
     'calls-per-agent': z.coerce.number().positive().default(0.2),
+    /** Offered requests/s of every load (all instances together); unset: as fast as answered. */
+    rate: z.coerce.number().int().positive().optional(),
   }),
 );
 
@@ -145,6 +147,7 @@ async function load(
         method: 'POST',
         connections: per,
         duration: args.duration,
+        ...(args.rate ? { overallRate: args.rate / n } : {}),
         headers: { 'content-type': 'application/json' },
         requests: [{ setupRequest: (req) => next(req as { headers?: Record<string, string> }) as typeof req }],
       });
