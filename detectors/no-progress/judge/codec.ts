@@ -229,6 +229,14 @@ export function decodeState(bytes: Uint8Array): SessionState {
   return s;
 }
 
+/**
+ * One scratch buffer for every encoding (this runs per event, one at a time), grown when
+ * a state needs more: a fresh buffer per encoding was an allocation (and GC work) of its
+ * own beside the copy `done()` hands out.
+ */
+let scratch = new Uint8Array(8192);
+let scratchView = new DataView(scratch.buffer);
+
 /** Writes the encoding into a buffer of a known upper bound (methods, not closures: this runs per event). */
 class Writer {
   private readonly out: Uint8Array;
@@ -236,8 +244,12 @@ class Writer {
   private o = 0;
 
   constructor(size: number) {
-    this.out = new Uint8Array(size);
-    this.dv = new DataView(this.out.buffer);
+    if (scratch.length < size) {
+      scratch = new Uint8Array(Math.max(size, scratch.length * 2));
+      scratchView = new DataView(scratch.buffer);
+    }
+    this.out = scratch;
+    this.dv = scratchView;
   }
 
   u8(v: number): void {
@@ -292,6 +304,7 @@ class Writer {
     this.o += n;
   }
 
+  /** The encoding, as a copy of its own (the scratch buffer is the next encoding's). */
   done(): Uint8Array {
     return this.out.slice(0, this.o);
   }
