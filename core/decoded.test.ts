@@ -1,15 +1,15 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { backends, REDIS_URL, testPrefix } from '../test/helpers/index.ts';
 import { FakeClock } from './clock.ts';
-import { DecodedCache } from './decoded.ts';
+import { StoredStates } from './decoded.ts';
 import { silentLogger } from './logger.ts';
 import { MemoryStore } from './store/memory.ts';
 import { RedisStore } from './store/redis.ts';
 import { UnitStore, Units } from './unit.ts';
 
-// The decoded-state cache as a detector uses it: inside units of work, over the bytes a
-// store hands back (Redis: the real one, a prefix of its own; two instances are two
-// stores on one namespace).
+// Stored states as a detector uses them: inside units of work, over the bytes a store
+// hands back (Redis: the real one, a prefix of its own; two instances are two stores on
+// one namespace).
 const opened: RedisStore[] = [];
 afterAll(async () => {
   for (const s of opened.splice(0)) {
@@ -26,39 +26,67 @@ function instance(backend: 'memory' | 'redis', prefix: string) {
   const base = backend === 'memory' ? new MemoryStore(new FakeClock()) : new RedisStore({ url: REDIS_URL, prefix });
   if (base instanceof RedisStore) opened.push(base);
   const store = new UnitStore(base);
-  const cache = new DecodedCache<State>(100);
-  let decodes = 0;
-  const decode = (b: Uint8Array): State => {
-    decodes++;
-    return JSON.parse(Buffer.from(b).toString()) as State;
-  };
-  /** A detector's step: take the state, change it, write and keep it; answers the object it changed. */
+  const counts = { decodes: 0, encodes: 0 };
+  const states = new StoredStates<State>(
+    store,
+    {
+      decode: (b) => {
+        counts.decodes++;
+        return JSON.parse(Buffer.from(b).toString()) as State;
+      },
+      encode: (s) => {
+        counts.encodes++;
+        return new Uint8Array(Buffer.from(JSON.stringify(s)));
+      },
+    },
+    100,
+  );
+  /** A detector's step: change the state (a new one counts from 0); answers the object it changed. */
   const step = (key: string, fn: (s: State) => void = (s) => s.n++) =>
-    store.updateBytes(key, (b) => {
-      const s = b === undefined ? { n: 0 } : cache.take(key, b, decode);
+    states.change(key, (cur) => {
+      const s = cur ?? { n: 0 };
       fn(s);
-      const value = new Uint8Array(Buffer.from(JSON.stringify(s)));
-      cache.keep(key, value, s);
-      return { value, result: s };
+      return { value: s, result: s };
     });
-  return { store, units: new Units(store, silentLogger()), cache, step, decodes: () => decodes };
+  /** What the store holds (its own bytes, decoded here). */
+  const stored = async (key: string) => {
+    const b = await base.getBytes(key);
+    return b === undefined ? undefined : (JSON.parse(Buffer.from(b).toString()) as State);
+  };
+  return { store, units: new Units(store, silentLogger()), states, step, stored, counts };
 }
 
-describe.each(backends())('decoded state beside its bytes (%s)', (backend) => {
-  it("a committed unit's state is handed to the next unit without a decode; a batch's later inputs get it too", async () => {
+describe.each(backends())('stored states (%s)', (backend) => {
+  it('a unit changes one working copy, encoded and written once; the next unit gets the object, not a decode', async () => {
     const a = instance(backend, testPrefix());
-    const first = (await a.units.run(() => a.step('s'))).value!;
-    const second = (await a.units.run(() => a.step('s'))).value!;
-    expect(second).toBe(first);
-    expect(second.n).toBe(2);
-    // One unit, three inputs of one session (a batch): one object throughout, no decode.
+    // One unit, three inputs of one session (a batch): one object, one encoding.
     const batch = await a.units.run(async () => [await a.step('s'), await a.step('s'), await a.step('s')]);
+    const first = batch.value![0];
     expect(new Set(batch.value)).toEqual(new Set([first]));
-    expect(first.n).toBe(5);
-    expect(a.decodes()).toBe(0);
+    expect(a.counts).toEqual({ decodes: 0, encodes: 1 });
+    expect(await a.stored('s')).toEqual({ n: 3 });
+    // The next unit reads back the bytes it wrote: the same object is handed over.
+    const next = (await a.units.run(() => a.step('s'))).value!;
+    expect(next).toBe(first);
+    expect(next.n).toBe(4);
+    expect(a.counts).toEqual({ decodes: 0, encodes: 2 });
+    expect(await a.stored('s')).toEqual({ n: 4 });
   });
 
-  it("a discarded unit's state is not handed out: the next unit decodes what is stored", async () => {
+  it("a reader in the unit sees the unit's change; a reader outside it sees what is stored", async () => {
+    const a = instance(backend, testPrefix());
+    await a.units.run(() => a.step('s'));
+    await a.units.run(async () => {
+      await a.step('s', (s) => (s.n = 10));
+      expect(await a.states.read('s')).toEqual({ n: 10 });
+      expect(a.states.changing('s')?.value).toEqual({ n: 10 });
+      expect(a.states.changing('other')).toBeUndefined();
+      expect(await a.stored('s')).toEqual({ n: 1 });
+    });
+    expect(await a.states.read('s')).toEqual({ n: 10 });
+  });
+
+  it('a discarded unit writes nothing and its object is not handed out: the next unit decodes what is stored', async () => {
     const a = instance(backend, testPrefix());
     const kept = (await a.units.run(() => a.step('s'))).value!;
     await expect(
@@ -67,17 +95,18 @@ describe.each(backends())('decoded state beside its bytes (%s)', (backend) => {
         throw new Error('judge failed');
       }),
     ).rejects.toThrow(/judge failed/);
-    expect(a.cache.size).toBe(0);
+    expect(a.states.size).toBe(0);
+    expect(await a.stored('s')).toEqual({ n: 1 });
     // (the object the failed unit changed is the one it took: it must not come back)
     expect(kept.n).toBe(99);
     const next = (await a.units.run(() => a.step('s'))).value!;
     expect(next).not.toBe(kept);
     expect(next.n).toBe(2);
-    expect(a.decodes()).toBe(1);
+    expect(a.counts.decodes).toBe(1);
   });
 
   it.runIf(backend === 'redis')(
-    "a unit's state not committed yet is not shared with a unit running beside it",
+    "a unit's copy is never shared with a unit running beside it; the one that loses the commit is judged again",
     async () => {
       const a = instance(backend, testPrefix());
       await a.units.run(() => a.step('s'));
@@ -86,14 +115,12 @@ describe.each(backends())('decoded state beside its bytes (%s)', (backend) => {
         release = r;
       });
       const got: [string, State][] = [];
-      // The first leaves the state as it is: its bytes are the stored ones, so only the
-      // unit tells its object from the committed one.
       const first = a.units.run(async () => {
-        got.push(['first', await a.step('s', () => {})]);
+        got.push(['first', await a.step('s')]);
         await held;
       });
       await new Promise((r) => setTimeout(r, 20));
-      // The second unit judges and commits while the first holds its state, not committed.
+      // The second unit judges and commits while the first holds its copy, not committed.
       await a.units.run(async () => {
         got.push(['second', await a.step('s')]);
       });
@@ -101,9 +128,8 @@ describe.each(backends())('decoded state beside its bytes (%s)', (backend) => {
       await first;
       expect(got.map(([w]) => w)).toEqual(['first', 'second', 'first']);
       expect(got[1][1]).not.toBe(got[0][1]);
-      // The first was judged again on what the second committed.
-      const stored = (await a.units.run(() => a.step('s', () => {}))).value!;
-      expect(stored.n).toBe(2);
+      // The first was judged again on what the second committed: both counted.
+      expect(await a.stored('s')).toEqual({ n: 3 });
     },
   );
 
@@ -116,13 +142,24 @@ describe.each(backends())('decoded state beside its bytes (%s)', (backend) => {
     const next = (await a.units.run(() => a.step('s'))).value!;
     expect(next).not.toBe(mine);
     expect(next.n).toBe(41);
+    expect(await a.stored('s')).toEqual({ n: 41 });
   });
 
-  it('outside a unit nothing is kept', async () => {
+  it('outside a unit: one compare-and-set, nothing kept', async () => {
     const a = instance(backend, testPrefix());
     const s = await a.step('s');
     const t = await a.step('s');
     expect(t).not.toBe(s);
     expect(t.n).toBe(2);
+    expect(await a.stored('s')).toEqual({ n: 2 });
+    expect(a.states.size).toBe(0);
+  });
+
+  it('a change that keeps nothing writes nothing', async () => {
+    const a = instance(backend, testPrefix());
+    const r = await a.units.run(() => a.states.change('s', (cur) => ({ value: undefined, result: cur })));
+    expect(r.value).toBeUndefined();
+    expect(await a.stored('s')).toBeUndefined();
+    expect(a.counts.encodes).toBe(0);
   });
 });

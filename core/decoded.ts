@@ -1,68 +1,137 @@
 import { Lru } from './lru.ts';
-import { afterCommit, onDiscard, unitToken } from './unit.ts';
+import type { Store } from './store/store.ts';
+import { afterCommit, beforeCommit, unitToken } from './unit.ts';
 
-// A detector that keeps its per-session state as bytes in a shared store (Redis) decodes
-// them on every input and encodes them again: for a judge's 2 KB state
-// that was about 40 us an event, more than the judging itself. The bytes it
-// reads back are almost always the bytes it wrote last, so the object it encoded them
-// from is kept beside them and handed out again when they match. The match is on the
-// bytes themselves, so another instance's write, or one this process never committed,
-// simply misses and decodes.
+// A detector that keeps its per-session state as bytes in a shared store (Redis) would
+// decode them on every input and encode them again: for a judge's 2 KB state that was
+// about 40 us an input, more than the judging itself, and a batch of one session's
+// events paid it once per event. Two things spare it:
 //
-// The object is handed over, not shared: take() removes it, the caller changes it and
-// keeps it again with its new bytes. Kept inside a unit of work it is visible to that
-// unit's later inputs at once (a batch of one session's events), and to other units only
-// once the unit commits; a discarded unit's entry is dropped. Nothing else holds it, so
-// no reader sees it change under it.
+// - A unit of work keeps one working copy per key: decoded when the unit first changes
+//   the key, changed in place by each of its inputs, encoded and written once just
+//   before the unit commits (beforeCommit). A batch of 50 events encodes once.
+// - The bytes a unit reads back are almost always the bytes this process wrote last, so
+//   the object they were encoded from is kept beside them once that unit commits, and
+//   handed to the next unit that reads the same bytes instead of decoding them. The
+//   match is on the bytes, so another instance's write, or anything this process never
+//   committed, simply misses and decodes.
+//
+// The object is handed over, never shared: the next unit takes it (it leaves the cache)
+// and owns it until it commits; a discarded unit's copy is dropped with it. Readers in
+// the unit that changed a key see its working copy; others decode the stored bytes.
 
-interface Entry<T> {
-  bytes: Uint8Array;
-  value: T;
+export interface Codec<T> {
+  decode(b: Uint8Array): T;
+  encode(v: T): Uint8Array;
 }
 
-const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && Buffer.compare(a, b) === 0;
+/** What a change of a stored state answers: the state to keep (undefined: nothing is written), its expiry, a result. */
+export interface StateChange<T, R> {
+  value: T | undefined;
+  result: R;
+  ttlMs?: number;
+}
 
-export class DecodedCache<T> {
-  private readonly committed: Lru<string, Entry<T>>;
-  /** Entries kept by a unit not committed yet, with the unit they belong to. */
-  private readonly pending = new Map<string, Entry<T> & { unit: object }>();
+interface Working<T> {
+  value: T | undefined;
+  ttlMs?: number;
+  /** Changed by the unit: written before it commits. */
+  dirty: boolean;
+}
 
-  constructor(max: number) {
+export class StoredStates<T> {
+  private readonly committed: Lru<string, { bytes: Uint8Array; value: T }>;
+  /** Each open unit's working copies, by key (gone with the unit). */
+  private readonly working = new WeakMap<object, Map<string, Working<T>>>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly codec: Codec<T>,
+    max: number,
+  ) {
     this.committed = new Lru(max);
   }
 
-  /** Entries held (committed and pending): a discarded unit leaves none behind. */
+  /** Objects kept beside their bytes (committed units' states waiting for their next input). */
   get size(): number {
-    return this.committed.size + this.pending.size;
+    return this.committed.size;
   }
 
-  /** What `bytes` decode to: the value kept with equal bytes (now the caller's to change), else `decode(bytes)`. */
-  take(key: string, bytes: Uint8Array, decode: (b: Uint8Array) => T): T {
+  /**
+   * Changes the state stored at `key` with `fn` (given undefined when none is stored).
+   * In a unit of work `fn` changes the unit's working copy, written when the unit is
+   * about to commit; outside one it is one compare-and-set of the bytes.
+   */
+  async change<R>(key: string, fn: (current: T | undefined) => StateChange<T, R>): Promise<R> {
     const unit = unitToken();
-    const p = this.pending.get(key);
-    if (p && p.unit === unit) {
-      this.pending.delete(key);
-      if (same(p.bytes, bytes)) return p.value;
+    if (!unit) {
+      return this.store.updateBytes(key, (b) => {
+        const r = fn(b === undefined ? undefined : this.codec.decode(b));
+        return {
+          value: r.value === undefined ? undefined : this.codec.encode(r.value),
+          result: r.result,
+          ttlMs: r.ttlMs,
+        };
+      });
     }
+    let copies = this.working.get(unit);
+    if (!copies) {
+      copies = new Map();
+      this.working.set(unit, copies);
+    }
+    let w = copies.get(key);
+    if (!w) {
+      // (the unit's read: its commit checks the key still holds these bytes)
+      const b = await this.store.getBytes(key);
+      w = copies.get(key) ?? { value: b === undefined ? undefined : this.take(key, b), dirty: false };
+      copies.set(key, w);
+    }
+    const r = fn(w.value);
+    if (r.value !== undefined) {
+      w.value = r.value;
+      w.ttlMs = r.ttlMs;
+      if (!w.dirty) {
+        w.dirty = true;
+        const copy = w;
+        void beforeCommit(() => this.write(key, copy));
+      }
+    }
+    return r.result;
+  }
+
+  /** The state at `key` as the current unit sees it (its working copy, if it changed it). Not to be changed. */
+  async read(key: string): Promise<T | undefined> {
+    const w = this.copyOf(key);
+    if (w) return w.value;
+    const b = await this.store.getBytes(key);
+    return b === undefined ? undefined : this.codec.decode(b);
+  }
+
+  /** The current unit's working copy of `key`, if it opened one (a state it is changing). */
+  changing(key: string): { value: T | undefined } | undefined {
+    return this.copyOf(key);
+  }
+
+  private copyOf(key: string): Working<T> | undefined {
+    const unit = unitToken();
+    return unit ? this.working.get(unit)?.get(key) : undefined;
+  }
+
+  /** What `bytes` decode to: the object kept with equal bytes (now the caller's), else a fresh decode. */
+  private take(key: string, bytes: Uint8Array): T {
     const c = this.committed.peek(key);
     if (c) {
       this.committed.delete(key);
-      if (same(c.bytes, bytes)) return c.value;
+      if (c.bytes.length === bytes.length && Buffer.compare(c.bytes, bytes) === 0) return c.value;
     }
-    return decode(bytes);
+    return this.codec.decode(bytes);
   }
 
-  /** `value` encodes to `bytes`, which the caller writes to `key` in the current unit (outside one: not kept). */
-  keep(key: string, bytes: Uint8Array, value: T): void {
-    const unit = unitToken();
-    if (!unit) return;
-    const e = { bytes, value, unit };
-    this.pending.set(key, e);
-    // (a later input of the same unit may have taken it and kept another)
-    const mine = () => this.pending.get(key) === e && this.pending.delete(key);
-    afterCommit(() => {
-      if (mine()) this.committed.set(key, { bytes, value });
-    });
-    onDiscard(mine);
+  /** A working copy, encoded and written in its unit's commit; kept beside its bytes once committed. */
+  private async write(key: string, w: Working<T>): Promise<void> {
+    const value = w.value as T;
+    const bytes = this.codec.encode(value);
+    await this.store.setBytes(key, bytes, w.ttlMs);
+    afterCommit(() => this.committed.set(key, { bytes, value }));
   }
 }

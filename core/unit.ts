@@ -111,6 +111,8 @@ class Unit {
   readonly lent: unknown[] = [];
   readonly after: (() => void)[] = [];
   readonly discard: (() => void)[] = [];
+  /** Run once its judging is done, inside it, before the commit (beforeCommit). */
+  readonly before: (() => void | Promise<void>)[] = [];
   /** A value was taken from a guess: the commit must check it even if nothing is written. */
   guessed = false;
   closed = false;
@@ -143,6 +145,18 @@ export function afterCommit(fn: () => void): void {
  */
 export function onDiscard(fn: () => void): void {
   current()?.discard.push(fn);
+}
+
+/**
+ * Runs `fn` once the current unit's judging is done, still inside the unit (its store
+ * writes join the commit), before it commits: a working copy kept in the process while
+ * the unit's inputs change it is written here, once (core/decoded.ts). Outside a unit:
+ * at once.
+ */
+export function beforeCommit(fn: () => void | Promise<void>): void | Promise<void> {
+  const u = current();
+  if (!u) return fn();
+  u.before.push(fn);
 }
 
 /** Whether code runs inside a unit of work. */
@@ -502,6 +516,8 @@ export class Units {
       try {
         try {
           value = await als.run(u, fn, seen);
+          // (in order; one may add another)
+          for (let i = 0; i < u.before.length; i++) await als.run(u, u.before[i]);
         } finally {
           u.closed = true;
         }

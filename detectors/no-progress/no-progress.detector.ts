@@ -1,6 +1,6 @@
 import type { Clock } from '../../core/clock.ts';
 import type { Detector, ModeEvent, SessionInfo, SessionReadout, Transition, TreeState } from '../../core/contracts.ts';
-import { DecodedCache } from '../../core/decoded.ts';
+import { StoredStates } from '../../core/decoded.ts';
 import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
@@ -107,29 +107,30 @@ class LiveRepo implements SessionRepo {
   }
 }
 
-/** Shared: compact bytes per session, written compare-and-set (retried on a conflict). */
+/**
+ * Shared: compact bytes per session, written compare-and-set (retried on a conflict). In
+ * a unit of work (every input) a session's state is decoded once, or handed over from
+ * the unit that wrote it last, and encoded once before the unit commits (StoredStates).
+ */
 class StoreRepo implements SessionRepo {
-  /** The states this process last wrote, beside their bytes: a session's next event skips the decode. */
-  private readonly decoded = new DecodedCache<SessionState>(DECODED_MAX);
+  private readonly states: StoredStates<SessionState>;
   constructor(
     private readonly store: Store,
     private readonly knobs: () => NoProgressKnobs,
-  ) {}
-  async get(id: string) {
-    const b = await this.store.getBytes(npKeys.state(id));
-    return b === undefined ? undefined : decodeState(b);
+  ) {
+    this.states = new StoredStates(store, { decode: decodeState, encode: encodeState }, DECODED_MAX);
+  }
+  get(id: string) {
+    return this.states.read(npKeys.state(id));
   }
   mutate(id: string, fn: (s: SessionState) => void) {
     // Compare-and-set against the bytes this process last wrote: one round trip while
     // the session's events come here; another instance's write costs a retry.
-    const key = npKeys.state(id);
-    return this.store.updateBytes(key, (before) => {
-      const s = before === undefined ? newSessionState(this.knobs()) : this.decoded.take(key, before, decodeState);
+    return this.states.change(npKeys.state(id), (cur) => {
+      const s = cur ?? newSessionState(this.knobs());
       const from = s.level;
       fn(s);
-      const value = encodeState(s);
-      this.decoded.keep(key, value, s);
-      return { value, result: { s, from }, ttlMs: NP_TTL.state };
+      return { value: s, result: { s, from }, ttlMs: NP_TTL.state };
     });
   }
   async ids() {

@@ -1,4 +1,4 @@
-import { DecodedCache } from '../../core/decoded.ts';
+import { StoredStates } from '../../core/decoded.ts';
 import type { Store } from '../../core/store/store.ts';
 import { decodeHygiene, encodeHygiene, resumePendingIn } from './codec.ts';
 import { R_RESUMES } from './judge/state.ts';
@@ -142,39 +142,42 @@ export function bookOf(model: string, e: ModelEnvelope | null | undefined): Enve
   return book;
 }
 
-/** Shared: a compact state per session (codec.ts) and JSON per model, written compare-and-set. */
+/**
+ * Shared: a compact state per session (codec.ts) and JSON per model, written
+ * compare-and-set. In a unit of work a session's state is decoded once, or handed over
+ * from the unit that wrote it last, and encoded once before the unit commits.
+ */
 export class StoreRepo implements HygieneRepo {
-  /** The states this process last wrote, beside their bytes: a session's next input skips the decode. */
-  private readonly decoded = new DecodedCache<HygieneState>(5_000);
+  private readonly states: StoredStates<HygieneState>;
   constructor(
     private readonly store: Store,
     private readonly knobs: () => HygieneOptions,
-  ) {}
+  ) {
+    this.states = new StoredStates(store, { decode: decodeHygiene, encode: encodeHygiene }, 5_000);
+  }
 
-  async get(id: string) {
-    const b = await this.store.getBytes(hyKeys.state(id));
-    return b === undefined ? undefined : decodeHygiene(b);
+  get(id: string) {
+    return this.states.read(hyKeys.state(id));
   }
 
   async resumePending(id: string) {
+    // (a state this unit is changing is its working copy; any other is read from its flags)
+    const w = this.states.changing(hyKeys.state(id));
+    if (w) return (w.value?.resume_at ?? null) !== null;
     const b = await this.store.getBytes(hyKeys.state(id));
     return b !== undefined && resumePendingIn(b);
   }
 
   async mutate(id: string, step: Step, create: boolean): Promise<readonly HygieneChange[] | undefined> {
-    const key = hyKeys.state(id);
-    const r = await this.store.updateBytes<
+    const r = await this.states.change<
       { changes: readonly HygieneChange[]; timed: [boolean, boolean]; flagged: [boolean, boolean] } | undefined
-    >(key, (bytes) => {
-      const cur = bytes === undefined ? undefined : this.decoded.take(key, bytes, decodeHygiene);
+    >(hyKeys.state(id), (cur) => {
       if (cur === undefined && !create) return { value: undefined, result: undefined };
-      const s = cur ?? newHygieneState(id);
       const before: [boolean, boolean] = [isTimed(cur), isFlagged(cur)];
+      const s = cur ?? newHygieneState(id);
       const changes = step(s);
-      const value = encodeHygiene(s);
-      this.decoded.keep(key, value, s);
       return {
-        value,
+        value: s,
         result: { changes, timed: [before[0], isTimed(s)], flagged: [before[1], isFlagged(s)] },
         ttlMs: HY_TTL.state,
       };
