@@ -4,6 +4,7 @@ import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
 import type { Raw, StepReply, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
+import { packArgs, UNPACK_ARGV } from './packed-args.ts';
 import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
 import {
   type AdmitRequest,
@@ -166,7 +167,8 @@ for i = 2, #ARGV, 2 do out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[1], ARGV[
 if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return out`;
 
-// A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
+// A unit of work's commit (core/unit.ts) in one step. ARGV (sent packed as one value,
+// packed-args.ts, and unpacked first): the input ids (count, ttl,
 // then key indexes): any that exists makes the unit a repeat, answered with which ones;
 // the reads (count, then per read: key index, how to check, the value: '1' the whole
 // value, '0' absent, '2' only the stamp of a stamped value (the value is the stamp), '3'
@@ -181,6 +183,7 @@ return out`;
 // {entry ids}, {per entry 0 (no step), {1, reply} or {0, error}}}.
 function unitScript(step?: { lua: string; fn: string }): string {
   return `${step ? `${step.lua}\nlocal STEP = ${step.fn}` : 'local STEP = nil'}
+${UNPACK_ARGV}
 local MARK = '\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}'
 local STAMP = ${STAMP_BYTES}
 local a = 1
@@ -720,7 +723,8 @@ export class RedisStore implements Store, UnitBackend {
       }
     }
     const client = this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown[]>>;
-    const r = await client[`${script ?? 'vigilUnit'}Buffer`](ks.length, ...ks, ...args);
+    // (the arguments go as one packed value: packed-args.ts)
+    const r = await client[`${script ?? 'vigilUnit'}Buffer`](ks.length, ...ks, packArgs(args));
     const code = Number(r[0]);
     if (code === 2) {
       const present = r.slice(1).map((i) => plan.inputs[Number(i) - 1]);
