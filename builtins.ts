@@ -18,12 +18,15 @@ import { opencodeInstaller } from './opencode/plugin/installer.ts';
 import { opencodeDbReader, opencodeExportReader } from './opencode/replay.ts';
 import { opencodeSensor } from './opencode/sensor.ts';
 import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
+import { claudeCodeBridge } from './sensors/claude-code/bridge.ts';
 import { claudeCodeSensor } from './sensors/claude-code/descriptor.ts';
 import { claudeCodeInstaller } from './sensors/claude-code/installer.ts';
 import { claudeCodeReader } from './sensors/claude-code/transcripts.ts';
+import { codexBridge } from './sensors/codex/bridge.ts';
 import { codexSensor } from './sensors/codex/descriptor.ts';
 import { codexInstaller } from './sensors/codex/installer.ts';
 import { codexReader } from './sensors/codex/replay.ts';
+import { geminiBridge } from './sensors/gemini/bridge.ts';
 import { geminiSensor } from './sensors/gemini/descriptor.ts';
 import { geminiInstaller } from './sensors/gemini/installer.ts';
 import { geminiReader } from './sensors/gemini/replay.ts';
@@ -52,7 +55,10 @@ export function createRegistry(): Registry {
     .sensor(opencodeSensor)
     .sensor(claudeCodeSensor)
     .sensor(codexSensor)
-    .sensor(geminiSensor);
+    .sensor(geminiSensor)
+    .hook(claudeCodeBridge)
+    .hook(codexBridge)
+    .hook(geminiBridge);
 }
 
 /** The sensors' installers: `vigil install <agent>` and `vigil uninstall <agent>`, one per agent. */

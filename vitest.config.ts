@@ -24,6 +24,7 @@ export const REDIS = [
   'detectors/no-progress/no-progress.detector.test.ts',
   'modes/modes.test.ts',
   'service/server.test.ts',
+  'service/routes/hooks.test.ts',
   'service/session-keys.test.ts',
   'test/redis-topologies.test.ts',
 ];

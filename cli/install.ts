@@ -95,9 +95,11 @@ export async function agentsText(
       .status?.({}, { env, home: env.HOME || homedir() })
       .catch((e: Error) => ({ wired: false, path: e.message }));
     const s = live.find((x) => x.name === inst.agent);
+    const how = st?.via ? `, ${st.via}` : '';
+    const where = st?.endpoint ? `; posts to ${st.endpoint}: ${st.reachable ?? 'not checked'}` : '';
     const wired = st
       ? st.wired
-        ? `wired (${st.version ?? '?'}, ${st.path})${st.problem ? ` but ${st.problem}` : ''}`
+        ? `wired (${st.version ?? '?'}${how}, ${st.path})${st.problem ? ` but ${st.problem}` : ''}${where}`
         : `not wired (${st.path})`
       : 'unknown';
     const seen = s?.last_seen_at ? `live, last report ${ago(s.last_seen_at)} ago` : 'no report yet';

@@ -262,50 +262,6 @@ export function buildProgram(io: Io = defaultIo()): Command {
 
   installCommands(program, installers, io, env);
 
-  const hook = program
-    .command('hook')
-    .description('an agent hook bridge: the payload on stdin, the answer on stdout, always exit 0 (fail open)');
-  hook
-    .command('claude-code')
-    .description('one Claude Code command hook call (vigil install claude-code wires a faster bundled copy)')
-    .argument('<event>', 'the hook event (PreToolUse, PostToolUse, Stop, ...)')
-    .action(async (event: string) => {
-      const a = parseArgs(
-        z.strictObject({ event: z.string().regex(/^[A-Za-z]{1,40}$/, 'a hook event name') }),
-        { event },
-        'hook claude-code',
-      );
-      const { readStdin } = await import('../sensors/shared/stdin.ts');
-      const { runHook } = await import('../sensors/claude-code/bridge.ts');
-      const r = await runHook(a.event, await readStdin(), env).catch(() => ({ stdout: '' }));
-      if (r.stdout) io.out(r.stdout);
-    });
-  for (const [agent, title, load] of [
-    ['codex', 'Codex', () => import('../sensors/codex/bridge.ts')],
-    ['gemini', 'Gemini CLI', () => import('../sensors/gemini/bridge.ts')],
-  ] as const) {
-    hook
-      .command(agent)
-      .description(`one ${title} command hook call (vigil install ${agent} wires a faster bundled copy)`)
-      .argument('[event]', "the hook event (PreToolUse, BeforeTool, ...); default the payload's hook_event_name")
-      .action(async (event: string | undefined) => {
-        const a = parseArgs(
-          z.strictObject({
-            event: z
-              .string()
-              .regex(/^[A-Za-z]{1,40}$/, 'a hook event name')
-              .default(''),
-          }),
-          { event },
-          `hook ${agent}`,
-        );
-        const { readStdin } = await import('../sensors/shared/hook-io.ts');
-        const { runHook } = await load();
-        const r = await runHook(a.event, await readStdin(), env).catch(() => ({ stdout: '' }));
-        if (r.stdout) io.out(r.stdout);
-      });
-  }
-
   program
     .command('completion')
     .description('print a shell completion script: eval "$(vigil completion bash)"')

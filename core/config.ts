@@ -66,6 +66,15 @@ export const ServerSchema = z
     max_clock_skew: duration().prefault('5m'),
     /** Event times older than this are refused (a replay belongs in `vigil replay`). */
     max_event_age: duration().prefault('30d'),
+    /**
+     * The local hook endpoint (POST /hooks/<sensor>): the agents' hooks post their raw
+     * payloads there, to be reduced in memory and dropped. It answers loopback peers
+     * only, and a service bound off loopback mounts it only when this is true (the
+     * hooks of the agents on the service's own machine then still reach it).
+     */
+    hooks_off_loopback: z.boolean().default(false),
+    /** The largest hook payload read (a Read of a big file carries it whole); past it the hook gets no opinion. */
+    hook_body_limit_bytes: z.number().int().positive().default(33_554_432),
   })
   .refine((s) => s.headers_timeout <= s.request_timeout, {
     path: ['headers_timeout'],

@@ -20,6 +20,10 @@ export const ERRORS = {
   /** A session bound to its sensor's key named without that key (X-Vigil-Session-Key). */
   SESSION_KEY_MISMATCH: 403,
   NOT_FOUND: 404,
+  /** A raw hook payload from a peer that is not on this machine (the hook endpoint answers loopback only). */
+  HOOK_NOT_LOOPBACK: 403,
+  /** A hook call without this user's hook key (X-Vigil-Hook-Key). */
+  HOOK_KEY_MISMATCH: 401,
   /** A client over a per-client limit (requests, new sessions). */
   RATE_LIMITED: 429,
 } as const satisfies Record<string, number>;

@@ -29,6 +29,12 @@ export interface InstallStatus {
   /** Where it looked. */
   path: string;
   version?: string;
+  /** How it reports: e.g. `http hooks`, `command hooks (curl)`, `plugin`. */
+  via?: string;
+  /** Where its hooks post (a local endpoint), when they post anywhere. */
+  endpoint?: string;
+  /** Whether that endpoint answers now: `answers`, or what is wrong. */
+  reachable?: string;
   /** Wired, but the agent will not run it, and why (e.g. hooks the agent does not trust). */
   problem?: string;
 }

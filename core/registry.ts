@@ -2,7 +2,7 @@ import type { InjectionToken } from 'tsyringe';
 import type { z } from 'zod';
 import type { AnyPlugin, Channel, ChannelPlugin, DetectorPlugin, ModePlugin } from './contracts.ts';
 import { AppError } from './errors.ts';
-import { defineSensor, type SensorDescriptor } from './sensor.ts';
+import { defineSensor, type HookBridge, type SensorDescriptor } from './sensor.ts';
 import { TOKENS } from './tokens.ts';
 
 /** Marks what definePlugin() returned, so a plugin module's exports are recognised. */
@@ -58,6 +58,8 @@ export class Registry {
   readonly sections = new Map<string, z.ZodObject<any>>();
   /** What each sensor can carry out, by the name it gives in the plugin header (core/sensor.ts). */
   readonly sensors = new Map<string, SensorDescriptor>();
+  /** The hook bridges of the sensors that report through hooks, by sensor name (the hook endpoint's paths). */
+  readonly hooks = new Map<string, HookBridge>();
   /** Where each plugin came from (a module path for plugins loaded from config). */
   readonly origins = new Map<string, string>();
 
@@ -84,6 +86,16 @@ export class Registry {
     const v = defineSensor(d);
     if (this.sensors.has(v.name)) throw new AppError('PLUGIN_DUPLICATE', `sensor "${v.name}" is already declared`);
     this.sensors.set(v.name, v);
+    return this;
+  }
+
+  /** A sensor's hook bridge (its descriptor declared first); one per sensor. */
+  hook(b: HookBridge): this {
+    if (!this.sensors.has(b.sensor))
+      throw new AppError('PLUGIN_INVALID', `hook bridge "${b.sensor}": no such sensor declared`);
+    if (this.hooks.has(b.sensor))
+      throw new AppError('PLUGIN_DUPLICATE', `hook bridge "${b.sensor}" is already registered`);
+    this.hooks.set(b.sensor, b);
     return this;
   }
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { DirectiveSpec } from './wire.ts';
+import type { Directive, DirectiveSpec, MarkerEvent, ProgressEvent } from './wire.ts';
 
 // The sensor contract. What any agent harness reports is the progress event envelope
 // of wire.ts (tool calls with fingerprint, coarse target, exit and landed; prompts;
@@ -127,3 +127,58 @@ export function gapsOf(sensor: SensorDescriptor, asks: readonly SensorAction[]):
 
 /** One line for readouts: `compact via inject; toast none` (empty when nothing is missing). */
 export const gapLine = (gaps: readonly ActionGap[]): string => gaps.map((g) => `${g.action} ${g.how}`).join('; ');
+
+// ---------------------------------------------------------------------------
+// Hook bridges: the agents that report through hooks (Claude Code, Codex CLI, Gemini
+// CLI) post each raw hook payload to a resident process on the same machine, reached
+// over loopback only (the service's hook endpoint, or `vigil relay` in front of a
+// service elsewhere). There a sensor's bridge reduces the payload in memory to progress
+// events and answers the hook in its agent's format; the payload is dropped. Nothing
+// raw is stored, logged, queued or forwarded (docs/architecture.md, hook endpoint).
+
+/** What a hook call decided from the pending directives: the agent's answer, and what to tell Vigil. */
+export interface HookAnswer {
+  /** The JSON the agent gets (absent: no opinion). */
+  output?: Record<string, unknown>;
+  /** Directives carried out (or that this agent cannot carry out), to acknowledge. */
+  acks: { id: string; root_id: string; session_id: string }[];
+  /** compaction_done markers: a recovery's report reached the model in place of a compaction. */
+  markers: MarkerEvent[];
+}
+
+/** A schema of zod or zod/mini: both parse the same way. */
+export interface Checks<T> {
+  safeParse(v: unknown): { success: true; data: T } | { success: false };
+}
+
+/** The I/O of one hook call, given by the process that hosts the endpoint. */
+export interface HookIo {
+  /** Stamps the events of this call (epoch ms). */
+  readonly now: number;
+  /** The bridge's state for the payload's session (kept between calls; `fresh` when none or unreadable). */
+  load<T>(schema: Checks<T>, fresh: () => T): T;
+  /** Keeps `state` for the payload's session (fingerprints, ids and counters only). */
+  save(state: unknown): void;
+  /** The last bytes of a local file the agent writes (its transcript); '' when unreadable. */
+  tail(path: string | undefined): string;
+  /**
+   * Posts `events` (the answer holds the pending directives of their trees) or, with
+   * none, asks for those of `ask`'s tree; lets `decide` answer; acknowledges what it
+   * carried out and posts its markers. Undefined: Vigil did not answer (no opinion).
+   */
+  exchange(
+    events: readonly ProgressEvent[],
+    ask: string,
+    decide: (directives: Directive[]) => HookAnswer,
+  ): Promise<Record<string, unknown> | undefined>;
+}
+
+/** A sensor's hook bridge: one raw payload in, the agent's answer out. */
+export interface HookBridge {
+  /** The sensor's name (core/sensor.ts descriptor): the endpoint's path is /hooks/<sensor>. */
+  readonly sensor: string;
+  /** The payload's session, by which calls are kept in order and state is kept; undefined: not a payload of this agent. */
+  sessionOf(payload: unknown): string | undefined;
+  /** Reduces the payload and answers; undefined: no opinion. Must not keep the payload. */
+  handle(payload: unknown, io: HookIo): Promise<Record<string, unknown> | undefined>;
+}

@@ -116,3 +116,16 @@ export function parseSessionKeys(value: string | undefined): ParsedKeys | string
   }
   return out;
 }
+
+/** The header the local hook endpoint checks: only a hook of this user's agents holds its key. */
+export const HOOK_KEY_HEADER = 'x-vigil-hook-key';
+
+/**
+ * The key of this user's hook endpoint: HMAC-SHA256(the sensor secret, a fixed label),
+ * base64url. `vigil install` writes it into the agents' hook settings; the process that
+ * hosts the endpoint (the service, or `vigil relay`) derives it from the same secret.
+ * It opens only that loopback endpoint; the secret itself never leaves its file.
+ */
+export function hookKey(secret: Buffer): string {
+  return createHmac('sha256', secret).update('vigil hook endpoint').digest('base64url');
+}

@@ -20,8 +20,11 @@ export const MIN_TOKEN_LENGTH = 16;
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** `ingest`: a sensor's or router's route, guarded by the ingestion token. */
-    auth?: 'ingest';
+    /**
+     * `ingest`: a sensor's or router's route, guarded by the ingestion token. `hook`:
+     * the local hook endpoint, which checks its own peer (loopback) and key.
+     */
+    auth?: 'ingest' | 'hook';
   }
 }
 
@@ -41,6 +44,13 @@ export const INGEST_ROUTES = new Set([
 
 export function isLoopback(host: string): boolean {
   return host === '127.0.0.1' || host === '::1' || host === 'localhost' || host.startsWith('127.');
+}
+
+/** Whether a peer's socket address is this machine's loopback (IPv4, IPv6, or IPv4 mapped into IPv6). */
+export function isLoopbackPeer(address: string | undefined): boolean {
+  if (!address) return false;
+  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return a === '::1' || (isIP(a) === 4 && a.startsWith('127.'));
 }
 
 function tokenOf(req: FastifyRequest, header: string): string | undefined {
@@ -112,7 +122,9 @@ export function accessHook(
   const sensor = ingestGuard(ingest);
   const reader = o.guarded ? o.reader : undefined;
   return async (req, reply) => {
-    if (req.routeOptions.config?.auth === 'ingest') return sensor(req, reply);
+    const auth = req.routeOptions.config?.auth;
+    if (auth === 'ingest') return sensor(req, reply);
+    if (auth === 'hook') return;
     if (reader) return reader(req, reply);
   };
 }

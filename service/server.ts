@@ -18,6 +18,7 @@ import { adminRoutes } from './routes/admin.ts';
 import { alertRoutes } from './routes/alerts.ts';
 import { gateRoutes } from './routes/gate.ts';
 import { healthRoutes } from './routes/health.ts';
+import { hookEndpoint, injectTransport } from './routes/hooks.ts';
 import { ingestRoutes } from './routes/ingest.ts';
 import { readoutRoutes } from './routes/readouts.ts';
 
@@ -122,6 +123,20 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
   await app.register(alertRoutes(vigil, admin));
   await app.register(adminRoutes(vigil, admin));
   await app.register(gateRoutes(vigil));
+  // The agents' hooks on this machine (loopback peers only); off loopback only when the operator says so.
+  if (vigil.registry.hooks.size && (!guarded || srv.hooks_off_loopback)) {
+    const log = vigil.logger.child({ part: 'hooks' });
+    await app.register(
+      hookEndpoint({
+        bridges: vigil.registry.hooks,
+        transport: injectTransport(app, ingestToken),
+        env: vigil.env,
+        version: opts.version ?? '0.0.0',
+        bodyLimit: srv.hook_body_limit_bytes,
+        onError: (sensor, kind) => log.warn({ sensor, kind }, 'a hook bridge failed: the hook got no opinion'),
+      }),
+    );
+  }
   await app.register(pluginRoutes(vigil, admin));
   await app.register(
     adminPage(vigil, { admin, guarded, tokenConfigured: Boolean(token), version: opts.version ?? '0.0.0' }),

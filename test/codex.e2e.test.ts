@@ -1,9 +1,10 @@
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runReplay } from '../detectors/no-progress/replay/replay.ts';
 import { codexInstaller } from '../sensors/codex/installer.ts';
 import { codexReader } from '../sensors/codex/replay.ts';
-import { resumeTree, rowOf, serviceFor } from './helpers/agent-e2e.ts';
+import { HOOK_STATE_DIR, resumeTree, rowOf, serviceFor } from './helpers/agent-e2e.ts';
 import { CODEX_VERSION, type CodexLab, codexLab, needsCodex } from './helpers/codex.ts';
 
 // The Codex sensor end to end: the real `codex exec` (0.169.0) driven by the scripted
@@ -66,7 +67,10 @@ describe.runIf(HAVE)(`Codex CLI ${CODEX_VERSION} through the sensor contract`, (
         expect(row.reason).toMatch(/sh check\.sh|bash src\/app\.js/);
         // the check's failures were seen as failures (exit 1) by the landed rules
         const state = JSON.parse(
-          readFileSync(`${lab.dir}/hook-state/${(r.threadId as string).replace(/[^A-Za-z0-9_-]/g, '_')}.json`, 'utf8'),
+          readFileSync(
+            join(HOOK_STATE_DIR, 'codex', `${(r.threadId as string).replace(/[^A-Za-z0-9_-]/g, '_')}.json`),
+            'utf8',
+          ),
         );
         expect(state.trackers[r.threadId as string].failing.length).toBe(1);
         expect((await replayed(lab)).get(r.threadId as string)?.verdict).toBe('looping');

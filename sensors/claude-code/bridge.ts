@@ -1,20 +1,10 @@
 import { dirname, join } from 'node:path';
+import type { HookBridge, HookIo } from '../../core/sensor.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
-import {
-  freshLogState,
-  type HookResult,
-  hadTurn,
-  LogStateSchema,
-  loadState,
-  payloadOf,
-  reply,
-  saveState,
-  stateFile,
-  tail,
-  unsent,
-} from '../shared/hook-io.ts';
+import { freshLogState, hadTurn, LogStateSchema, payloadOf, sessionIdOf, unsent } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
+import { SENSOR_NAME } from './descriptor.ts';
 import {
   assistantEvents,
   type HookPayload,
@@ -25,12 +15,10 @@ import {
   toolEvent,
 } from './map.ts';
 
-// `vigil hook claude-code <Event>`: one Claude Code command hook call. Reads the payload
-// (stdin), turns it into progress events (map.ts), posts them, answers from the tree's
-// pending directives (answer.ts). Fails open: a payload it does not understand, Vigil
-// down or slow (VIGIL_HOOK_TIMEOUT_MS per request) -> no output, exit 0, the agent goes on.
-
-const SENSOR = 'claude-code';
+// One Claude Code hook call (an http hook posting to the local hook endpoint,
+// sensors/shared/hook-host.ts): the payload turned into progress events (map.ts),
+// posted, answered from the tree's pending directives (answer.ts). Anything it does not
+// understand, or Vigil not answering, is no opinion: the agent goes on.
 
 /** Where a payload's own model calls are written: the main transcript, or the subagent's beside it. */
 export function transcriptOf(p: HookPayload): string | undefined {
@@ -41,24 +29,18 @@ export function transcriptOf(p: HookPayload): string | undefined {
   return join(dirname(p.transcript_path), p.session_id, 'subagents', `agent-${p.agent_id}.jsonl`);
 }
 
-/** One hook call. Never throws; `now` stamps the events. */
-export async function runHook(
-  event: string,
-  stdin: string,
-  env: NodeJS.ProcessEnv,
-  now: number = Date.now(),
-): Promise<HookResult> {
-  const got = payloadOf(stdin, HookPayloadSchema, event);
-  if (!got) return { stdout: '' };
-  const { raw, p, name } = got;
+async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown> | undefined> {
+  const got = payloadOf(raw, HookPayloadSchema);
+  if (!got) return undefined;
+  const { p, name } = got;
+  const now = io.now;
   const session = sessionKey(p.session_id, p.agent_id);
-  const path = stateFile(env, SENSOR, p.session_id);
-  const state = loadState(path, LogStateSchema, freshLogState);
+  const state = io.load(LogStateSchema, freshLogState);
   const events: ProgressEvent[] = [];
   let dirty = false;
 
   const usage = () => {
-    const fresh = unsent(state.sent, assistantEvents(tail(transcriptOf(p)), p, now), now);
+    const fresh = unsent(state.sent, assistantEvents(io.tail(transcriptOf(p)), p, now), now);
     events.push(...fresh);
     if (fresh.length) dirty = true;
   };
@@ -67,7 +49,7 @@ export async function runHook(
     case 'PostToolUse':
     case 'PostToolUseFailure': {
       const t = ToolPayloadSchema.safeParse(raw);
-      if (!t.success) return { stdout: '' };
+      if (!t.success) return undefined;
       usage();
       const r = toolEvent(t.data, state.trackers[session] ?? newLandedTracker(), now);
       if (r) {
@@ -93,11 +75,17 @@ export async function runHook(
     case 'PreToolUse':
       break;
     default:
-      return { stdout: '' };
+      return undefined;
   }
-  if (dirty) saveState(path, state);
+  if (dirty) io.save(state);
   // A subagent asks by its parent: the tree may not know the child yet.
-  return reply(env, SENSOR, events, p.agent_id ? p.session_id : session, (ds) =>
+  return io.exchange(events, p.agent_id ? p.session_id : session, (ds) =>
     answer({ event: name, session, ...(p.agent_id ? { parent: p.session_id } : {}) }, ds, now),
   );
 }
+
+export const claudeCodeBridge: HookBridge = {
+  sensor: SENSOR_NAME,
+  sessionOf: sessionIdOf,
+  handle,
+};

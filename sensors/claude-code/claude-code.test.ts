@@ -1,12 +1,11 @@
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:http';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { hookKey, loadSensorSecret, sensorSecretFile } from '../../core/session-key.ts';
 import { type Directive, ProgressEventSchema } from '../../core/wire.ts';
 import { newLandedTracker, toolPartToEvent } from '../../opencode/convert.ts';
 import { answer } from './answer.ts';
-import { runHook } from './bridge.ts';
 import { claudeCodeInstaller, HOOK_EVENTS } from './installer.ts';
 import { type ToolPayload, ToolPayloadSchema, toolEvent } from './map.ts';
 
@@ -147,52 +146,6 @@ describe('claude-code: answers from the pending directives', () => {
   });
 });
 
-describe('claude-code: the bridge fails open', () => {
-  const payload = JSON.stringify(payloads.find((x) => x.hook_event_name === 'PreToolUse'));
-
-  it('with nothing listening it prints nothing', async () => {
-    const srv = createServer();
-    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-    const port = (srv.address() as { port: number }).port;
-    await new Promise((r) => srv.close(r));
-    const state = mkdtempSync(join(tmpdir(), 'vigil-cc-state-'));
-    const r = await runHook('PreToolUse', payload, {
-      VIGIL_URL: `http://127.0.0.1:${port}`,
-      VIGIL_HOOK_STATE_DIR: state,
-      VIGIL_SENSOR_SECRET_FILE: join(state, 'secret'),
-    });
-    expect(r.stdout).toBe('');
-  });
-
-  it('a service that never answers is given up on (no opinion), and the request did reach it', async () => {
-    let seen = 0;
-    const srv = createServer(() => {
-      seen++; // never answers
-    });
-    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-    const port = (srv.address() as { port: number }).port;
-    try {
-      const state = mkdtempSync(join(tmpdir(), 'vigil-cc-state-'));
-      const r = await runHook('PreToolUse', payload, {
-        VIGIL_URL: `http://127.0.0.1:${port}`,
-        VIGIL_HOOK_TIMEOUT_MS: '100',
-        VIGIL_HOOK_STATE_DIR: state,
-        VIGIL_SENSOR_SECRET_FILE: join(state, 'secret'),
-      });
-      expect(r.stdout).toBe('');
-      expect(seen).toBe(1);
-    } finally {
-      srv.closeAllConnections();
-      srv.close();
-    }
-  });
-
-  it('a payload it does not understand is no opinion', async () => {
-    expect((await runHook('PreToolUse', 'not json', {})).stdout).toBe('');
-    expect((await runHook('PreToolUse', '{"hook_event_name":"PreToolUse"}', {})).stdout).toBe('');
-  });
-});
-
 describe('vigil install claude-code', () => {
   const own = {
     model: 'sonnet',
@@ -211,10 +164,24 @@ describe('vigil install claude-code', () => {
     writeFileSync(file, original);
     const ctx = { env: { HOME: home }, home };
 
+    chmodSync(file, 0o644);
     const first = await claudeCodeInstaller.install({}, ctx);
     expect(first.action).toBe('installed');
     const merged = JSON.parse(readFileSync(file, 'utf8'));
-    for (const e of HOOK_EVENTS) expect(JSON.stringify(merged.hooks[e])).toContain('vigil-claude-code-hook.mjs');
+    const key = hookKey(loadSensorSecret(sensorSecretFile(ctx.env)));
+    for (const e of HOOK_EVENTS)
+      expect(merged.hooks[e].at(-1)).toEqual({
+        hooks: [
+          {
+            type: 'http',
+            url: 'http://127.0.0.1:7411/hooks/claude-code',
+            timeout: 5,
+            headers: { 'x-vigil-hook-key': key },
+          },
+        ],
+      });
+    // the file now holds the hook key: readable by the user alone
+    expect(statSync(file).mode & 0o777).toBe(0o600);
     // the user's hook is still first on PreToolUse, with its matcher
     expect(merged.hooks.PreToolUse[0]).toEqual(own.hooks.PreToolUse[0]);
     expect(merged.hooks.Notification).toEqual(own.hooks.Notification);
@@ -227,8 +194,74 @@ describe('vigil install claude-code', () => {
 
     expect((await claudeCodeInstaller.uninstall({}, ctx)).action).toBe('removed');
     expect(readFileSync(file, 'utf8')).toBe(original);
+    expect(statSync(file).mode & 0o777).toBe(0o644);
+    expect(existsSync(join(home, '.claude', 'vigil'))).toBe(false);
     expect((await claudeCodeInstaller.status?.({}, ctx))?.wired).toBe(false);
     expect((await claudeCodeInstaller.uninstall({}, ctx)).action).toBe('absent');
+  });
+
+  it('uninstall gives back the exact bytes the user had (their formatting), and no file where there was none', async () => {
+    const home = mkdtempSync(join(tmpdir(), 'vigil-cc-home-'));
+    mkdirSync(join(home, '.claude'));
+    const file = join(home, '.claude', 'settings.json');
+    const theirs =
+      '{\n    "model": "opus",   "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}\n}';
+    writeFileSync(file, theirs);
+    const ctx = { env: { HOME: home }, home };
+    await claudeCodeInstaller.install({}, ctx);
+    await claudeCodeInstaller.install({ url: 'http://127.0.0.1:7499' }, ctx); // another port: replaced
+    expect(JSON.parse(readFileSync(file, 'utf8')).hooks.Stop.at(-1).hooks[0].url).toBe(
+      'http://127.0.0.1:7499/hooks/claude-code',
+    );
+    await claudeCodeInstaller.uninstall({}, ctx);
+    expect(readFileSync(file, 'utf8')).toBe(theirs);
+
+    const bare = mkdtempSync(join(tmpdir(), 'vigil-cc-home-'));
+    const bctx = { env: { HOME: bare }, home: bare };
+    await claudeCodeInstaller.install({}, bctx);
+    expect(existsSync(join(bare, '.claude', 'settings.json'))).toBe(true);
+    await claudeCodeInstaller.uninstall({}, bctx);
+    expect(existsSync(join(bare, '.claude', 'settings.json'))).toBe(false);
+  });
+
+  it("an upgrade replaces the older command hooks (and their bundle); uninstall then leaves the user's own", async () => {
+    const home = mkdtempSync(join(tmpdir(), 'vigil-cc-home-'));
+    const dir = join(home, '.claude');
+    mkdirSync(join(dir, 'vigil'), { recursive: true });
+    const bundle = join(dir, 'vigil', 'vigil-claude-code-hook.mjs');
+    writeFileSync(bundle, '// vigil-claude-code 0.1.0+abcd1234: the bundle\n');
+    const old = (e: string) => ({ type: 'command', command: `node ${JSON.stringify(bundle)} ${e}`, timeout: 10 });
+    const before = {
+      ...own,
+      hooks: {
+        ...own.hooks,
+        PreToolUse: [...own.hooks.PreToolUse, { hooks: [old('PreToolUse')] }],
+        Stop: [{ hooks: [old('Stop')] }],
+      },
+    };
+    const file = join(dir, 'settings.json');
+    writeFileSync(file, `${JSON.stringify(before, null, 2)}\n`);
+    const ctx = { env: { HOME: home }, home };
+    expect((await claudeCodeInstaller.status?.({}, ctx))?.problem).toMatch(/older command hooks/);
+    const r = await claudeCodeInstaller.install({}, ctx);
+    expect(r.action).toBe('replaced');
+    expect(existsSync(bundle)).toBe(false);
+    const after = JSON.parse(readFileSync(file, 'utf8'));
+    expect(JSON.stringify(after)).not.toContain('vigil-claude-code-hook.mjs');
+    expect(after.hooks.PreToolUse[0]).toEqual(own.hooks.PreToolUse[0]);
+    expect(after.hooks.PreToolUse).toHaveLength(2);
+    const st = await claudeCodeInstaller.status?.({}, ctx);
+    expect(st).toMatchObject({ wired: true, via: 'http hooks', endpoint: 'http://127.0.0.1:7411/hooks/claude-code' });
+    expect(st?.problem).toBeUndefined();
+    await claudeCodeInstaller.uninstall({}, ctx);
+    expect(readFileSync(file, 'utf8')).toBe(`${JSON.stringify(own, null, 2)}\n`);
+  });
+
+  it('--url must be on this machine: hooks post raw payloads to it', () => {
+    const bad = claudeCodeInstaller.options.safeParse({ url: 'http://vigil.example.com:7411' });
+    expect(bad.success).toBe(false);
+    expect(JSON.stringify(bad.error?.issues)).toMatch(/on this machine/);
+    expect(claudeCodeInstaller.options.safeParse({ url: 'http://127.0.0.1:8080/vigil' }).success).toBe(true);
   });
 
   it('--project writes DIR/.claude/settings.json; a broken settings file is named and left alone', async () => {

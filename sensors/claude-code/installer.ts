@@ -1,17 +1,19 @@
 import { join } from 'node:path';
-import { commandGroups, hookFileName, hookInstaller, type ScopeOptions, scopeDir } from '../shared/installer.ts';
+import { HOOK_KEY_HEADER } from '../../core/session-key.ts';
+import { groupsOf, hookInstaller, SCOPE_FLAGS, type ScopeOptions, scopeDir } from '../shared/installer.ts';
+import { SENSOR_NAME } from './descriptor.ts';
 
-// `vigil install claude-code`: Vigil's command hooks merged into a Claude Code settings
-// file, beside the user's own (docs/claude-code.md):
+// `vigil install claude-code`: Vigil's hooks merged into a Claude Code settings file,
+// beside the user's own (docs/claude-code.md):
 //   --user (default)   ~/.claude/settings.json
 //   --project DIR      DIR/.claude/settings.json
-// The hook bundle (one self-contained file, hook/build.mjs) goes beside it, in
-// .claude/vigil/. Vigil's entries are the hooks whose command runs that file: install
-// replaces them (idempotent), uninstall removes exactly them and what became empty
-// because of it, and leaves every other key and hook as it was (sensors/shared/installer.ts).
+// Each is a `type: "http"` hook posting the payload to the local hook endpoint
+// (<url>/hooks/claude-code), where it is reduced in memory and dropped: no process
+// starts per call. The settings file then holds this user's hook key (a header), so it
+// is made readable by the user alone; uninstall puts its mode back. Claude Code fails
+// open on an http hook that is refused, answers an error or times out.
 
-export const HOOK_FILE = hookFileName('claude-code');
-/** The events the bridge reads (bridge.ts). http hooks are not used: they would post raw tool arguments and outputs. */
+/** The events the bridge reads (bridge.ts); all of them take http hooks (SessionStart would not). */
 export const HOOK_EVENTS = [
   'UserPromptSubmit',
   'PreToolUse',
@@ -21,22 +23,25 @@ export const HOOK_EVENTS = [
   'SubagentStart',
   'SubagentStop',
 ] as const;
-/** Seconds Claude Code waits for the hook; the bridge itself gives up sooner (fail open). */
-const TIMEOUT_S = 10;
+/** Seconds Claude Code waits for the endpoint; the endpoint answers no opinion sooner (3 s). */
+const TIMEOUT_S = 5;
 
 export const claudeCodeInstaller = hookInstaller({
-  sensor: 'claude-code',
+  sensor: SENSOR_NAME,
   title: 'Claude Code',
-  summary: "Vigil's hooks in a Claude Code settings file, merged with the user's own",
-  flags: [
-    { name: 'user', description: 'for every project: ~/.claude/settings.json (the default)' },
-    { name: 'project', value: 'dir', description: 'for one project: DIR/.claude/settings.json' },
-  ],
+  summary: "Vigil's http hooks in a Claude Code settings file, merged with the user's own",
+  flags: SCOPE_FLAGS('~/.claude/settings.json', 'DIR/.claude/settings.json'),
   notes: ['Claude Code reads its hooks at start: new sessions are watched'],
-  where(o: ScopeOptions, ctx) {
-    const dir = scopeDir(o, '.claude', join(ctx.home, '.claude'));
-    return { file: join(dir, 'settings.json'), hook: join(dir, 'vigil', HOOK_FILE) };
+  file(o: ScopeOptions, ctx) {
+    return join(scopeDir(o, '.claude', join(ctx.home, '.claude')), 'settings.json');
   },
-  groups: (hookPath) =>
-    commandGroups(HOOK_EVENTS, (e) => ({ command: `node ${JSON.stringify(hookPath)} ${e}`, timeout: TIMEOUT_S })),
+  groups: (e) =>
+    groupsOf(HOOK_EVENTS, () => ({
+      type: 'http',
+      url: e.url,
+      timeout: TIMEOUT_S,
+      headers: { [HOOK_KEY_HEADER]: e.key },
+    })),
+  mine: (h) => h.type === 'http' && typeof h.url === 'string' && h.url.endsWith(`/hooks/${SENSOR_NAME}`),
+  secretInFile: true,
 });

@@ -1,104 +1,99 @@
+import { z } from 'zod/mini';
+import type { HookBridge, HookIo } from '../../core/sensor.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
-import {
-  freshLogState,
-  type HookResult,
-  hadTurn,
-  LogStateSchema,
-  loadState,
-  payloadOf,
-  reply,
-  saveState,
-  stateFile,
-  tail,
-  unsent,
-} from '../shared/hook-io.ts';
+import { hadTurn, LogStateSchema, payloadOf, sessionIdOf, unsent } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
-import { HookPayloadSchema, promptEvent, readRollout, sessionOf, ToolPayloadSchema, toolEvent } from './map.ts';
+import {
+  finishedCalls,
+  type HookPayload,
+  HookPayloadSchema,
+  promptEvent,
+  readRollout,
+  sessionOf,
+  toolEvent,
+} from './map.ts';
 
-// `vigil hook codex <Event>`: one Codex command hook call. Reads the payload (stdin),
-// turns it into progress events (map.ts), posts them, answers from the tree's pending
-// directives (answer.ts). The hook payload has no exit code and no token usage: both
-// are read from the thread's rollout (transcript_path), whose tail already holds the
-// finished call and the model calls before it. Fails open: a payload it does not
-// understand, Vigil down or slow (VIGIL_HOOK_TIMEOUT_MS per request) -> no output,
-// exit 0, Codex goes on.
+// One Codex hook call (a command hook whose `curl` posts the payload to the local hook
+// endpoint, sensors/shared/hook-host.ts). Codex writes every finished call, its output
+// (with the exit code the hook payload lacks) and every model call's usage to the
+// thread's rollout (transcript_path) before it asks the model again, so the calls are
+// read from there: at each PreToolUse, at Stop, and for a subagent at its SubagentStop
+// (its own rollout). That is the mapping replay uses (replay.ts), and one hook process
+// per tool call instead of two (no PostToolUse hook: docs/codex.md, Cost). Anything it
+// does not understand, or Vigil not answering, is no opinion: Codex goes on.
 
-/** One hook call. Never throws; `now` stamps the events. */
-export async function runHook(
-  event: string,
-  stdin: string,
-  env: NodeJS.ProcessEnv,
-  now: number = Date.now(),
-): Promise<HookResult> {
-  const got = payloadOf(stdin, HookPayloadSchema, event);
-  if (!got) return { stdout: '' };
-  const { raw, p, name } = got;
+const StateSchema = z.object({
+  ...LogStateSchema.shape,
+  /** Tool call ids already reported, newest last (bounded). */
+  calls: z._default(z.array(z.string()).check(z.maxLength(1000)), []),
+});
+type BridgeState = z.output<typeof StateSchema>;
+const fresh = (): BridgeState => ({ trackers: {}, sent: [], turns: [], calls: [] });
+
+/** The finished calls and model calls of `path` (a rollout) not reported yet, as events of `ids`' session. */
+function catchUp(
+  io: HookIo,
+  state: BridgeState,
+  path: string | undefined,
+  ids: Pick<HookPayload, 'session_id' | 'agent_id' | 'agent_type' | 'cwd'>,
+): ProgressEvent[] {
+  const r = readRollout(io.tail(path), ids, io.now);
+  const session = sessionOf(ids);
+  const out: ProgressEvent[] = [];
+  for (const c of unsent(state.calls, finishedCalls(r), io.now)) {
+    const cwd = ids.cwd ?? r.cwd;
+    const done = toolEvent(
+      {
+        ids,
+        name: c.name,
+        input: c.input,
+        call_id: c.call_id,
+        output: c.output,
+        ...(cwd ? { cwd } : {}),
+        ...(c.exit !== undefined ? { exit: c.exit } : {}),
+      },
+      state.trackers[session] ?? newLandedTracker(),
+      c.ts,
+    );
+    state.trackers[session] = done.tracker;
+    out.push(done.event);
+  }
+  out.push(...unsent(state.sent, r.models, io.now));
+  return out;
+}
+
+async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown> | undefined> {
+  const got = payloadOf(raw, HookPayloadSchema);
+  if (!got) return undefined;
+  const { p, name } = got;
   const session = sessionOf(p);
-  const path = stateFile(env, SENSOR_NAME, p.session_id);
-  const state = loadState(path, LogStateSchema, freshLogState);
+  const state = io.load(StateSchema, fresh);
   const events: ProgressEvent[] = [];
-  let dirty = false;
-  // A subagent's Stop names its own rollout apart; its other hooks have it in transcript_path.
-  const rolloutPath = name === 'SubagentStop' ? p.agent_transcript_path : p.transcript_path;
-  const rollout = () => readRollout(tail(rolloutPath), p, now);
-
-  const usage = (r: ReturnType<typeof rollout>) => {
-    const fresh = unsent(state.sent, r.models, now);
-    events.push(...fresh);
-    if (fresh.length) dirty = true;
-  };
 
   switch (name) {
-    case 'PostToolUse': {
-      const t = ToolPayloadSchema.safeParse(raw);
-      if (!t.success) return { stdout: '' };
-      const r = rollout();
-      usage(r);
-      const seen = r.calls.find((c) => c.call_id === t.data.tool_use_id);
-      const output =
-        typeof t.data.tool_response === 'string' ? t.data.tool_response : JSON.stringify(t.data.tool_response ?? '');
-      const done = toolEvent(
-        {
-          ids: p,
-          name: t.data.tool_name,
-          input: t.data.tool_input,
-          call_id: t.data.tool_use_id,
-          ...(p.cwd ? { cwd: p.cwd } : {}),
-          // the rollout's output has the exit line the hook's lacks
-          output: seen?.output ?? output,
-          ...(seen?.exit !== undefined ? { exit: seen.exit } : {}),
-        },
-        state.trackers[session] ?? newLandedTracker(),
-        now,
-      );
-      events.push(done.event);
-      if (done.tracker !== state.trackers[session]) {
-        state.trackers[session] = done.tracker;
-        dirty = true;
-      }
-      break;
-    }
     // A subagent's thread fires its own UserPromptSubmit (with agent_id): SubagentStart adds nothing.
-    case 'UserPromptSubmit': {
-      const again = hadTurn(state.turns, session);
-      events.push(promptEvent(p, again, now));
-      if (!again) dirty = true;
-      break;
-    }
-    case 'Stop':
-    case 'SubagentStop':
-      usage(rollout());
+    case 'UserPromptSubmit':
+      events.push(promptEvent(p, hadTurn(state.turns, session), io.now));
       break;
     case 'PreToolUse':
+    case 'PostToolUse':
+    case 'Stop':
+      events.push(...catchUp(io, state, p.transcript_path, p));
+      break;
+    // A subagent's Stop names its own rollout apart.
+    case 'SubagentStop':
+      events.push(...catchUp(io, state, p.agent_transcript_path, p));
       break;
     default:
-      return { stdout: '' };
+      return undefined;
   }
-  if (dirty) saveState(path, state);
+  if (events.length) io.save(state);
   // A subagent asks by its parent: the tree may not know the child yet.
-  return reply(env, SENSOR_NAME, events, p.agent_id ? p.session_id : session, (ds) =>
-    answer({ event: name, session, ...(p.agent_id ? { parent: p.session_id } : {}) }, ds, now),
+  return io.exchange(events, p.agent_id ? p.session_id : session, (ds) =>
+    answer({ event: name, session, ...(p.agent_id ? { parent: p.session_id } : {}) }, ds, io.now),
   );
 }
+
+export const codexBridge: HookBridge = { sensor: SENSOR_NAME, sessionOf: sessionIdOf, handle };

@@ -157,7 +157,11 @@ describe('vigil install codex', () => {
 
     expect((await codexInstaller.install({}, ctx)).action).toBe('installed');
     const merged = JSON.parse(readFileSync(hooksFile, 'utf8'));
-    for (const e of HOOK_EVENTS) expect(JSON.stringify(merged.hooks[e])).toContain('vigil-codex-hook.mjs');
+    for (const e of HOOK_EVENTS) expect(merged.hooks[e].at(-1).hooks[0].command).toContain("/hooks/codex'");
+    // only SubagentStop (an observation) runs without holding Codex; no PostToolUse hook at all
+    expect(merged.hooks.SubagentStop.at(-1).hooks[0].async).toBe(true);
+    expect(merged.hooks.PreToolUse.at(-1).hooks[0].async).toBeUndefined();
+    expect(merged.hooks.PostToolUse).toBeUndefined();
     expect(merged.hooks.PreToolUse[0]).toEqual(own.hooks.PreToolUse[0]);
     expect(merged.hooks.SessionStart).toEqual(own.hooks.SessionStart);
     // trust keyed by position: Vigil's PreToolUse group is the second
@@ -174,7 +178,7 @@ describe('vigil install codex', () => {
     // the user adds a group before Vigil's: its trust no longer matches, status says so
     merged.hooks.PreToolUse.unshift({ hooks: [{ type: 'command', command: 'true' }] });
     writeFileSync(hooksFile, `${JSON.stringify(merged, null, 2)}\n`);
-    expect((await codexInstaller.status?.({}, ctx))?.problem).toMatch(/1 of its 5 hooks are not trusted/);
+    expect((await codexInstaller.status?.({}, ctx))?.problem).toMatch(/1 of its 4 hooks are not trusted/);
     await codexInstaller.install({}, ctx);
     expect((await codexInstaller.status?.({}, ctx))?.problem).toBeUndefined();
     merged.hooks.PreToolUse.shift();
@@ -189,7 +193,7 @@ describe('vigil install codex', () => {
 
   it("the trust hash is Codex's: sorted-key JSON of event, hook and matcher", () => {
     const file = {
-      hooks: { Stop: [{ hooks: [{ type: 'command', command: 'node /x/vigil-codex-hook.mjs Stop', timeout: 10 }] }] },
+      hooks: { Stop: [{ hooks: [{ type: 'command', command: 'node /x/vigil-codex-hook.mjs Stop', timeout: 10 }] }] }, // an older install's
     };
     const [e] = trustEntries(file, '/h/hooks.json');
     expect(e.key).toBe('/h/hooks.json:stop:0:0');

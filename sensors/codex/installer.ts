@@ -2,26 +2,40 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { InstallContext } from '../../core/installer.ts';
-import { type HooksFile, ownedBy } from '../shared/hooks-file.ts';
-import { commandGroups, hookFileName, hookInstaller, type ScopeOptions, scopeDir } from '../shared/installer.ts';
+import type { HooksFile } from '../shared/hooks-file.ts';
+import {
+  curlCommand,
+  curlHookOf,
+  groupsOf,
+  hookInstaller,
+  SCOPE_FLAGS,
+  type ScopeOptions,
+  scopeDir,
+} from '../shared/installer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
 
 // `vigil install codex`: Vigil's command hooks merged into a Codex hooks.json, beside
 // the user's own (docs/codex.md):
 //   --user (default)   $CODEX_HOME/hooks.json (CODEX_HOME defaults to ~/.codex)
 //   --project DIR      DIR/.codex/hooks.json
-// The hook bundle goes beside it, in .codex/vigil/. Codex skips hooks it does not
+// Each is one `curl` that posts the payload to the local hook endpoint
+// (<url>/hooks/codex) and prints the answer, failing open at once when nothing
+// listens. Only the hooks Vigil acts from hold Codex (UserPromptSubmit, PreToolUse,
+// Stop); SubagentStop only reports, so it runs `async` (Codex 0.169 does not wait for
+// it). The calls themselves are read from the rollout (bridge.ts): no PostToolUse hook.
+// Codex skips hooks it does not
 // trust, silently; so install also writes their trust into $CODEX_HOME/config.toml, in
 // a block of its own that uninstall removes. A trust entry is keyed by the hooks file,
 // the event and the hook's position in it, and holds a hash of the hook's definition:
 // the user's adding a hook group before Vigil's moves it and voids its trust, which
 // `vigil status` reports (install again to renew it).
 
-export const HOOK_FILE = hookFileName(SENSOR_NAME);
 /** The events the bridge reads (bridge.ts). */
-export const HOOK_EVENTS = ['UserPromptSubmit', 'PreToolUse', 'PostToolUse', 'Stop', 'SubagentStop'] as const;
-/** Seconds Codex waits for the hook; the bridge itself gives up sooner (fail open). */
-const TIMEOUT_S = 10;
+export const HOOK_EVENTS = ['UserPromptSubmit', 'PreToolUse', 'Stop', 'SubagentStop'] as const;
+/** Events whose answer Vigil never uses: Codex runs them without waiting. */
+const OBSERVE_ONLY = new Set<string>(['SubagentStop']);
+/** Seconds Codex waits for the hook; curl gives up sooner (4 s, fail open). */
+const TIMEOUT_S = 5;
 const BEGIN = '# vigil-codex: trust for Vigil hooks (vigil uninstall codex removes this block)';
 const END = '# vigil-codex: end';
 
@@ -29,7 +43,7 @@ const codexHome = (ctx: InstallContext) => resolve(ctx.env.CODEX_HOME || join(ct
 
 const configToml = (ctx: InstallContext) => join(codexHome(ctx), 'config.toml');
 
-const mine = ownedBy(HOOK_FILE);
+const mine = curlHookOf(SENSOR_NAME);
 
 const snake = (s: string) => s.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
 
@@ -116,27 +130,27 @@ export const codexInstaller = hookInstaller({
   sensor: SENSOR_NAME,
   title: 'Codex',
   summary: "Vigil's hooks in a Codex hooks.json, merged with the user's own and trusted in config.toml",
-  flags: [
-    { name: 'user', description: 'for every project: $CODEX_HOME/hooks.json (default ~/.codex; the default)' },
-    { name: 'project', value: 'dir', description: 'for one project: DIR/.codex/hooks.json' },
-  ],
+  flags: SCOPE_FLAGS('$CODEX_HOME/hooks.json (default ~/.codex)', 'DIR/.codex/hooks.json'),
   notes: [
     'Codex reads its hooks at start: new sessions are watched',
     'the hooks are trusted in config.toml; adding a hook group before them voids that: run this again (vigil status says so)',
   ],
-  where(o: ScopeOptions, ctx) {
-    const dir = scopeDir(o, '.codex', codexHome(ctx));
-    return { file: join(dir, 'hooks.json'), hook: join(dir, 'vigil', HOOK_FILE) };
-  },
-  groups: (hookPath) =>
-    commandGroups(HOOK_EVENTS, (e) => ({ command: `node ${JSON.stringify(hookPath)} ${e}`, timeout: TIMEOUT_S })),
+  file: (o: ScopeOptions, ctx) => join(scopeDir(o, '.codex', codexHome(ctx)), 'hooks.json'),
+  groups: (e) =>
+    groupsOf(HOOK_EVENTS, (ev) => ({
+      type: 'command',
+      command: curlCommand(e),
+      timeout: TIMEOUT_S,
+      ...(OBSERVE_ONLY.has(ev) ? { async: true } : {}),
+    })),
+  mine,
   companion: {
     path: configToml,
     with: (toml, merged, file) => withTrust(toml, trustEntries(merged, file)),
     without: withoutTrust,
   },
-  problem(file: HooksFile, where, ctx) {
-    const entries = trustEntries(file, where.file);
+  problem(file: HooksFile, path, ctx) {
+    const entries = trustEntries(file, path);
     const config = configToml(ctx);
     const trusted = trustedHashes(readText(config) ?? '');
     const untrusted = entries.filter((e) => trusted.get(e.key) !== e.hash).length;

@@ -50,6 +50,9 @@ export const ToolPayloadSchema = z.looseObject({
 });
 export type ToolPayload = z.output<typeof ToolPayloadSchema>;
 
+/** The text Codex gives the model for a call a PreToolUse hook denied. */
+const BLOCKED = 'Command blocked by PreToolUse hook:';
+
 /** The Vigil session of a payload: the thread it ran in (a subagent's own). */
 export const sessionOf = (p: { session_id: string; agent_id?: string }): string => p.agent_id ?? p.session_id;
 
@@ -144,7 +147,7 @@ export function toolEvent(
   const { tool, args } = canonicalCall(c.name, c.input);
   const facts = normalizeCall(tool, args, { cwd: c.cwd });
   const out = c.output;
-  const blocked = out?.startsWith('Command blocked by PreToolUse hook:') === true;
+  const blocked = out?.startsWith(BLOCKED) === true;
   const exit = c.exit !== undefined ? c.exit : out === undefined ? null : (exitInText(out) ?? (blocked ? 1 : null));
   // A command's output in the hook carries no exit line: without one it ran (0 unless told).
   const known = exit ?? (tool === 'bash' || tool === 'patch' ? null : 0);
@@ -214,6 +217,13 @@ export interface Rollout {
 }
 
 const CODE = /^[A-Za-z0-9_.:/-]{1,64}$/;
+
+/**
+ * The calls of a rollout that ran and finished: an output is written. A call a hook
+ * denied never ran (its output is Codex's refusal), so it is left out, live and in replay.
+ */
+export const finishedCalls = (r: Rollout): (RolloutCall & { output: string })[] =>
+  r.calls.filter((c): c is RolloutCall & { output: string } => c.output !== undefined && !c.output.startsWith(BLOCKED));
 
 /**
  * The facts of rollout lines (JSONL text, possibly cut at the start; lines that do not

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { byTime, type InputReader, type LoadedInput, type ReplayInput } from '../../core/replay.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
 import { type LandedTracker, newLandedTracker } from '../shared/landed.ts';
-import { readRollout, toolEvent } from './map.ts';
+import { finishedCalls, readRollout, toolEvent } from './map.ts';
 
 // A Codex rollout file (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl`) as the progress
 // events its live hooks would have sent (map.ts is the one mapping of both): the turns
@@ -42,8 +42,7 @@ export function rolloutSession(text: string): RolloutSession | undefined {
     });
   });
   let tr: LandedTracker = newLandedTracker();
-  for (const c of r.calls) {
-    if (c.output === undefined) continue; // not finished in this file
+  for (const c of finishedCalls(r)) {
     const t = toolEvent(
       {
         ids,

@@ -1,15 +1,7 @@
 import { z } from 'zod/mini';
+import type { HookBridge, HookIo } from '../../core/sensor.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
-import {
-  type HookResult,
-  loadState,
-  payloadOf,
-  reply,
-  saveState,
-  stateFile,
-  TrackersSchema,
-  tail,
-} from '../shared/hook-io.ts';
+import { payloadOf, sessionIdOf, TrackersSchema } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
@@ -23,11 +15,11 @@ import {
   type Who,
 } from './map.ts';
 
-// `vigil hook gemini`: one Gemini CLI command hook call (the event is the payload's
-// hook_event_name). Reads the payload (stdin), turns it into progress events (map.ts),
-// posts them, answers from the tree's pending directives (answer.ts). Fails open: a
-// payload it does not understand, Vigil down or slow (VIGIL_HOOK_TIMEOUT_MS per
-// request) -> no output, exit 0, Gemini goes on.
+// One Gemini CLI hook call (a command hook whose `curl` posts the payload to the local
+// hook endpoint, sensors/shared/hook-host.ts; the event is the payload's
+// hook_event_name): turned into progress events (map.ts), posted, answered from the
+// tree's pending directives (answer.ts). Anything it does not understand, or Vigil not
+// answering, is no opinion: Gemini goes on.
 
 const Count = z._default(z.number().check(z.int(), z.minimum(0)), 0);
 const StateSchema = z.object({
@@ -48,18 +40,12 @@ const StateSchema = z.object({
 });
 type BridgeState = z.output<typeof StateSchema>;
 
-/** One hook call. Never throws; `now` stamps the events. */
-export async function runHook(
-  event: string,
-  stdin: string,
-  env: NodeJS.ProcessEnv,
-  now: number = Date.now(),
-): Promise<HookResult> {
-  const got = payloadOf(stdin, HookPayloadSchema, event);
-  if (!got) return { stdout: '' };
-  const { raw, p, name } = got;
-  const path = stateFile(env, SENSOR_NAME, p.session_id);
-  const state: BridgeState = loadState(path, StateSchema, () => ({
+async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown> | undefined> {
+  const got = payloadOf(raw, HookPayloadSchema);
+  if (!got) return undefined;
+  const { p, name } = got;
+  const now = io.now;
+  const state: BridgeState = io.load(StateSchema, () => ({
     trackers: {},
     n: 0,
     turns: 0,
@@ -82,7 +68,7 @@ export async function runHook(
   // stop a run that ends (SessionEnd) without AfterAgent after a nudge. Both reported
   // as agent_loop markers of the main session, not judged.
   if (name === 'BeforeTool' || name === 'AfterAgent' || name === 'SessionEnd') {
-    for (const id of loopNudges(tail(p.transcript_path))) {
+    for (const id of loopNudges(io.tail(p.transcript_path))) {
       if (state.nudges.includes(id)) continue;
       state.nudges = [...state.nudges, id].slice(-64);
       events.push({ kind: 'agent_loop', session_id: p.session_id, call_id: id, landed: false, ts: now });
@@ -94,12 +80,12 @@ export async function runHook(
   switch (name) {
     case 'BeforeTool': {
       const t = ToolPayloadSchema.safeParse(raw);
-      if (!t.success) return { stdout: '' };
+      if (!t.success) return undefined;
       break;
     }
     case 'AfterTool': {
       const t = ToolPayloadSchema.safeParse(raw);
-      if (!t.success) return { stdout: '' };
+      if (!t.success) return undefined;
       // The parent's invoke_agent ends the child's span and is the parent's own call.
       if (t.data.tool_name === 'invoke_agent' && state.child) {
         state.child = null;
@@ -138,19 +124,19 @@ export async function runHook(
       dirty = true;
       break;
     default:
-      return { stdout: '' };
+      return undefined;
   }
 
   const session = who.session_id;
-  const out = await reply(env, SENSOR_NAME, events, p.session_id, (ds) =>
+  const out = await io.exchange(events, p.session_id, (ds) =>
     answer({ event: name, session, ...(who.parent_session_id ? { parent: who.parent_session_id } : {}) }, ds, now),
   );
-  if (out.stdout.includes('"continue":false')) {
+  if (out?.continue === false) {
     state.vigilStopped = true;
     dirty = true;
   }
   // A subagent's span starts once its parent's invoke_agent is let through.
-  if (name === 'BeforeTool' && !out.stdout) {
+  if (name === 'BeforeTool' && !out) {
     const t = ToolPayloadSchema.parse(raw);
     if (t.tool_name === 'invoke_agent' && !state.child) {
       const agent = childName(String((t.tool_input as { agent_name?: unknown } | undefined)?.agent_name ?? 'agent'));
@@ -159,6 +145,8 @@ export async function runHook(
       dirty = true;
     }
   }
-  if (dirty) saveState(path, state);
+  if (dirty) io.save(state);
   return out;
 }
+
+export const geminiBridge: HookBridge = { sensor: SENSOR_NAME, sessionOf: sessionIdOf, handle };

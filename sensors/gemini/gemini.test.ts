@@ -1,12 +1,12 @@
 import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Directive } from '../../core/wire.ts';
+import { hookHarness } from '../../test/helpers/hooks.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
-import { runHook } from './bridge.ts';
+import { geminiBridge } from './bridge.ts';
 import { geminiInstaller, HOOK_EVENTS } from './installer.ts';
 import { exitOf, loopNudges, type ToolPayload, toolEvent } from './map.ts';
 
@@ -109,7 +109,12 @@ describe('vigil install gemini', () => {
     const ctx = { env: { HOME: home }, home };
     expect((await geminiInstaller.install({}, ctx)).action).toBe('installed');
     const merged = JSON.parse(readFileSync(file, 'utf8'));
-    for (const e of HOOK_EVENTS) expect(JSON.stringify(merged.hooks[e])).toContain('vigil-gemini-hook.mjs');
+    for (const e of HOOK_EVENTS) {
+      const cmd = merged.hooks[e].at(-1).hooks[0].command as string;
+      expect(cmd).toMatch(/^curl .*'http:\/\/127\.0\.0\.1:7411\/hooks\/gemini' 2>\/dev\/null \|\| true$/);
+      // the key is read from a file of the user's, never written into the command line
+      expect(cmd).toContain(`-H @'${join(home, '.local', 'state', 'vigil', 'hook-key.header')}'`);
+    }
     expect(merged.hooks.BeforeTool[0]).toEqual(own.hooks.BeforeTool[0]);
     expect(Object.keys(merged)).toEqual(['security', 'hooks', 'ui']);
     expect((await geminiInstaller.status?.({}, ctx))?.wired).toBe(true);
@@ -126,6 +131,7 @@ describe('vigil install gemini', () => {
     const ctx = { env: { HOME: home }, home };
     await geminiInstaller.install({}, ctx);
     expect((await geminiInstaller.status?.({}, ctx))?.problem).toMatch(/hooksConfig.enabled is false/);
+    expect((await geminiInstaller.status?.({}, ctx))?.via).toBe('command hooks (curl)');
   });
 });
 
@@ -150,48 +156,29 @@ describe("Gemini CLI's own loop detection", () => {
   });
 
   it('reports a nudge once and the stop (SessionEnd without AfterAgent) as agent_loop markers', async () => {
-    const posted: Record<string, unknown>[] = [];
-    const srv = createServer((req, res) => {
-      let b = '';
-      req.on('data', (c) => (b += c));
-      req.on('end', () => {
-        if (req.url === '/progress') posted.push(...JSON.parse(b));
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ directives: [] }));
-      });
-    });
-    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-    try {
-      const dir = mkdtempSync(join(tmpdir(), 'vigil-gemini-loop-'));
-      const chat = join(dir, 'session.jsonl');
-      writeFileSync(chat, `${call}\n`);
-      const env = {
-        VIGIL_URL: `http://127.0.0.1:${(srv.address() as { port: number }).port}`,
-        VIGIL_HOOK_STATE_DIR: join(dir, 'state'),
-        VIGIL_SENSOR_SECRET_FILE: join(dir, 'secret'),
-      };
-      const hook = (hook_event_name: string, extra: Record<string, unknown> = {}) =>
-        runHook('', JSON.stringify({ session_id: SID, transcript_path: chat, hook_event_name, ...extra }), env, 1000);
-      const loops = () => posted.filter((e) => e.kind === 'agent_loop');
-      await hook('BeforeAgent', { prompt: 'x' });
-      await hook('BeforeTool', { tool_name: 'read_file', tool_input: {} });
-      expect(loops()).toEqual([]);
-      appendFileSync(chat, `${nudge('n-1')}\n`);
-      await hook('BeforeTool', { tool_name: 'glob', tool_input: {} });
-      await hook('BeforeTool', { tool_name: 'glob', tool_input: {} });
-      expect(loops()).toEqual([{ kind: 'agent_loop', session_id: SID, call_id: 'n-1', landed: false, ts: 1000 }]);
-      await hook('SessionEnd', { reason: 'exit' });
-      expect(loops().slice(1)).toEqual([
-        { kind: 'agent_loop', session_id: SID, call_id: 'stop-t1', landed: false, stopped: true, ts: 1000 },
-      ]);
-      // a turn that ends as usual (AfterAgent) is no stop, nudged or not
-      await hook('BeforeAgent', { prompt: 'y' });
-      appendFileSync(chat, `${nudge('n-2')}\n`);
-      await hook('AfterAgent', { prompt: 'y', prompt_response: 'z' });
-      await hook('SessionEnd', { reason: 'exit' });
-      expect(loops().map((e) => e.call_id)).toEqual(['n-1', 'stop-t1', 'n-2']);
-    } finally {
-      await new Promise((r) => srv.close(r));
-    }
+    const h = hookHarness([geminiBridge], { now: () => 1000 });
+    const dir = mkdtempSync(join(tmpdir(), 'vigil-gemini-loop-'));
+    const chat = join(dir, 'session.jsonl');
+    writeFileSync(chat, `${call}\n`);
+    const hook = (hook_event_name: string, extra: Record<string, unknown> = {}) =>
+      h.call('gemini', { session_id: SID, transcript_path: chat, hook_event_name, ...extra });
+    const loops = () => h.posted().filter((e) => e.kind === 'agent_loop');
+    await hook('BeforeAgent', { prompt: 'x' });
+    await hook('BeforeTool', { tool_name: 'read_file', tool_input: {} });
+    expect(loops()).toEqual([]);
+    appendFileSync(chat, `${nudge('n-1')}\n`);
+    await hook('BeforeTool', { tool_name: 'glob', tool_input: {} });
+    await hook('BeforeTool', { tool_name: 'glob', tool_input: {} });
+    expect(loops()).toEqual([{ kind: 'agent_loop', session_id: SID, call_id: 'n-1', landed: false, ts: 1000 }]);
+    await hook('SessionEnd', { reason: 'exit' });
+    expect(loops().slice(1)).toEqual([
+      { kind: 'agent_loop', session_id: SID, call_id: 'stop-t1', landed: false, stopped: true, ts: 1000 },
+    ]);
+    // a turn that ends as usual (AfterAgent) is no stop, nudged or not
+    await hook('BeforeAgent', { prompt: 'y' });
+    appendFileSync(chat, `${nudge('n-2')}\n`);
+    await hook('AfterAgent', { prompt: 'y', prompt_response: 'z' });
+    await hook('SessionEnd', { reason: 'exit' });
+    expect(loops().map((e) => e.call_id)).toEqual(['n-1', 'stop-t1', 'n-2']);
   });
 });

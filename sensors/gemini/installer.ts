@@ -1,6 +1,14 @@
 import { join } from 'node:path';
 import type { HooksFile } from '../shared/hooks-file.ts';
-import { commandGroups, hookFileName, hookInstaller, type ScopeOptions, scopeDir } from '../shared/installer.ts';
+import {
+  curlCommand,
+  curlHookOf,
+  groupsOf,
+  hookInstaller,
+  SCOPE_FLAGS,
+  type ScopeOptions,
+  scopeDir,
+} from '../shared/installer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
 
 // `vigil install gemini`: Vigil's command hooks merged into a Gemini CLI settings file,
@@ -8,35 +16,33 @@ import { SENSOR_NAME } from './descriptor.ts';
 //   --user (default)   ~/.gemini/settings.json
 //   --project DIR      DIR/.gemini/settings.json (Gemini runs project hooks only in a
 //                      folder it trusts)
-// The hook bundle goes beside it, in .gemini/vigil/. `hooksConfig.enabled: false`
-// turns every hook off; install leaves the user's setting alone and `vigil status`
-// says so.
+// Each is one `curl` that posts the payload to the local hook endpoint
+// (<url>/hooks/gemini) and prints the answer, failing open at once when nothing
+// listens (Gemini runs it with bash -c). `hooksConfig.enabled: false` turns every hook
+// off; install leaves the user's setting alone and `vigil status` says so.
 
-export const HOOK_FILE = hookFileName(SENSOR_NAME);
 /** The events the bridge reads (bridge.ts). */
 export const HOOK_EVENTS = ['BeforeAgent', 'BeforeTool', 'AfterTool', 'AfterAgent', 'SessionEnd'] as const;
-/** Milliseconds Gemini waits for the hook; the bridge itself gives up sooner (fail open). */
-const TIMEOUT_MS = 10_000;
+/** Milliseconds Gemini waits for the hook; curl gives up sooner (4 s, fail open). */
+const TIMEOUT_MS = 5_000;
+
+const mine = curlHookOf(SENSOR_NAME);
 
 export const geminiInstaller = hookInstaller({
   sensor: SENSOR_NAME,
   title: 'Gemini CLI',
   summary: "Vigil's hooks in a Gemini CLI settings file, merged with the user's own",
-  flags: [
-    { name: 'user', description: 'for every project: ~/.gemini/settings.json (the default)' },
-    { name: 'project', value: 'dir', description: 'for one (trusted) project: DIR/.gemini/settings.json' },
-  ],
+  flags: SCOPE_FLAGS('~/.gemini/settings.json', 'DIR/.gemini/settings.json (a folder Gemini trusts)'),
   notes: ['Gemini CLI reads its settings at start: new sessions are watched'],
-  where(o: ScopeOptions, ctx) {
-    const dir = scopeDir(o, '.gemini', join(ctx.home, '.gemini'));
-    return { file: join(dir, 'settings.json'), hook: join(dir, 'vigil', HOOK_FILE) };
-  },
-  groups: (hookPath) =>
-    commandGroups(HOOK_EVENTS, (e) => ({
-      command: `node ${JSON.stringify(hookPath)}`,
-      name: `vigil-${e}`,
+  file: (o: ScopeOptions, ctx) => join(scopeDir(o, '.gemini', join(ctx.home, '.gemini')), 'settings.json'),
+  groups: (e) =>
+    groupsOf(HOOK_EVENTS, (ev) => ({
+      type: 'command',
+      command: curlCommand(e),
+      name: `vigil-${ev}`,
       timeout: TIMEOUT_MS,
     })),
+  mine,
   problem: (file: HooksFile) =>
     (file as { hooksConfig?: { enabled?: unknown } }).hooksConfig?.enabled === false
       ? 'hooksConfig.enabled is false there: Gemini CLI runs no hooks'

@@ -1,3 +1,4 @@
+import type { HookAnswer } from '../../core/sensor.ts';
 import type { Directive, MarkerEvent } from '../../core/wire.ts';
 
 // What a command hook does about the pending directives of its session's tree, the same
@@ -30,14 +31,7 @@ export interface HookAct {
   stopReason?: string;
 }
 
-export interface HookAnswer {
-  /** The JSON printed on stdout (absent: no opinion, exit 0 with nothing printed). */
-  output?: Record<string, unknown>;
-  /** Directives carried out (or that this agent cannot carry out), to acknowledge. */
-  acks: { id: string; root_id: string; session_id: string }[];
-  /** compaction_done markers: the recovery's report reached the model in place of a compaction. */
-  markers: MarkerEvent[];
-}
+export type { HookAnswer } from '../../core/sensor.ts';
 
 const MAX_REASON = 9_000;
 const MAX_STOP_REASON = 300;

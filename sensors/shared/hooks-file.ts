@@ -1,16 +1,18 @@
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { z } from 'zod';
 
-// The hooks file the command-hook agents share the shape of (Codex hooks.json, Gemini CLI
-// settings.json): `{ "hooks": { "<Event>": [ { "matcher"?, "hooks": [ { "type":
-// "command", "command", "timeout" } ] } ] } }`. Vigil's entries are the hooks whose
-// command runs its bundled hook file; merging puts them after the user's own on each
-// event, removing takes out exactly them (and what became empty because of it), every
-// other key keeping its place. Also the bundle itself (sensors/claude-code/hook/build.mjs).
+// The hooks file the hook agents share the shape of (Claude Code and Gemini CLI
+// settings.json, Codex hooks.json): `{ "hooks": { "<Event>": [ { "matcher"?, "hooks":
+// [ { "type": "command" | "http", ... } ] } ] } }`. Merging puts Vigil's entries after
+// the user's own on each event, removing takes out exactly them (and what became empty
+// because of it), every other key keeping its place.
 
-export const HookEntry = z.looseObject({ type: z.string().optional(), command: z.string().optional() });
+export const HookEntry = z.looseObject({
+  type: z.string().optional(),
+  command: z.string().optional(),
+  url: z.string().optional(),
+});
 export const Group = z.looseObject({ matcher: z.string().optional(), hooks: z.array(HookEntry).optional() });
 export const HooksFile = z.looseObject({ hooks: z.record(z.string(), z.array(Group)).optional() });
 export type HooksFile = z.output<typeof HooksFile>;
@@ -36,11 +38,10 @@ export function readHooksFile(path: string): { file: HooksFile; text?: string } 
   return { file: raw as HooksFile, text };
 }
 
-export const ownedBy = (hookFile: string) => (h: z.output<typeof HookEntry>) =>
-  typeof h.command === 'string' && h.command.includes(hookFile);
+export type HookEntry = z.output<typeof HookEntry>;
 
 /** The file without the hooks `mine` picks; groups and events left empty by that are dropped too. */
-export function withoutHooks(s: HooksFile, mine: (h: z.output<typeof HookEntry>) => boolean): HooksFile {
+export function withoutHooks(s: HooksFile, mine: (h: HookEntry) => boolean): HooksFile {
   if (!s.hooks) return s;
   const hooks: Record<string, HookGroup[]> = {};
   for (const [event, groups] of Object.entries(s.hooks)) {
@@ -58,11 +59,7 @@ export function withoutHooks(s: HooksFile, mine: (h: z.output<typeof HookEntry>)
 }
 
 /** The file with one group per event (after the user's), any older ones of `mine` replaced. */
-export function withHooks(
-  s: HooksFile,
-  mine: (h: z.output<typeof HookEntry>) => boolean,
-  groups: Record<string, HookGroup>,
-): HooksFile {
+export function withHooks(s: HooksFile, mine: (h: HookEntry) => boolean, groups: Record<string, HookGroup>): HooksFile {
   const base = withoutHooks(s, mine);
   const hooks = { ...(base.hooks ?? {}) };
   for (const [e, g] of Object.entries(groups)) hooks[e] = [...(hooks[e] ?? []), g];
@@ -73,25 +70,27 @@ export function withHooks(
 
 export const serialise = (s: unknown): string => `${JSON.stringify(s, null, 2)}\n`;
 
-export function writeAtomic(path: string, text: string): void {
+/** A file's permission bits, or undefined when it does not exist. */
+export function modeOf(path: string): number | undefined {
+  try {
+    return statSync(path).mode & 0o777;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Writes `text` to `path` through a temporary file and a rename (never half a file).
+ * The file keeps its permission bits, or gets `mode` when given.
+ */
+export function writeAtomic(path: string, text: string, mode?: number): void {
   mkdirSync(dirname(path), { recursive: true });
+  const keep = mode ?? modeOf(path);
   const tmp = join(dirname(path), `.${process.pid}.${Date.now()}.tmp`);
-  writeFileSync(tmp, text);
+  writeFileSync(tmp, text, keep === undefined ? {} : { mode: 0o600 });
+  if (keep !== undefined) chmodSync(tmp, keep);
   renameSync(tmp, path);
 }
 
-/** The version in a bundle's banner line (`// vigil-<sensor> <version>: ...`). */
-export const bundleVersion = (sensor: string, text: string): string | undefined =>
-  new RegExp(`^// vigil-${sensor} (\\S+):`).exec(text.slice(0, 300))?.[1];
-
-/** The hook bundle of `sensor`: the shipped build, else a fresh build of the sources (a clone). */
-export async function hookBundle(sensor: string): Promise<string> {
-  const shipped = fileURLToPath(new URL(`../${sensor}/hook/vigil-${sensor}-hook.mjs`, import.meta.url));
-  if (existsSync(shipped)) return readFileSync(shipped, 'utf8');
-  const builder = fileURLToPath(new URL('../claude-code/hook/build.mjs', import.meta.url));
-  if (!existsSync(builder)) throw new Error(`the ${sensor} hook bundle is missing (${shipped}): reinstall vigil`);
-  const { buildHook } = (await import(pathToFileURL(builder).href)) as {
-    buildHook: (o: { sensor: string }) => Promise<{ path: string }>;
-  };
-  return readFileSync((await buildHook({ sensor })).path, 'utf8');
-}
+/** Whether a file exists and its text (undefined when it does not). */
+export const readText = (p: string): string | undefined => (existsSync(p) ? readFileSync(p, 'utf8') : undefined);

@@ -1,7 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import type { SessionRow } from '../../core/engine.ts';
 import type { Vigil } from '../../core/vigil.ts';
@@ -20,6 +20,18 @@ import { testVigil } from './index.ts';
 const ROOT = join(import.meta.dirname, '..', '..');
 /** The admin token of the suites' Vigil: Resume goes through the admin route with it. */
 export const ADMIN_TOKEN = 'agent-e2e-admin-token';
+/**
+ * The sensor secret of these suites, in a folder of their own: the service that hosts
+ * the hook endpoint and `vigil install` (the hook key it writes) read the same file.
+ */
+export const SECRET_FILE = join(mkdtempSync(join(tmpdir(), 'vigil-e2e-secret-')), 'sensor-secret');
+/** Where the suites' service keeps its hook bridges' per-session state (<dir>/<sensor>/<session>.json). */
+export const HOOK_STATE_DIR = join(dirname(SECRET_FILE), 'hook-state');
+/** What `vigil install <agent>` is given in a lab: its HOME, the suites' secret, the endpoint. */
+export const installCtx = (home: string, extra: Record<string, string> = {}) => ({
+  env: { HOME: home, VIGIL_SENSOR_SECRET_FILE: SECRET_FILE, ...extra },
+  home,
+});
 
 /** The skip line of a suite whose agent CLI is not in the cache. */
 export const needsAgent = (suite: string, a: AgentCli, title: string): string | undefined =>
@@ -42,7 +54,11 @@ export async function agentService(mode: string): Promise<AgentService> {
   const vigil = await testVigil({
     backend: 'memory',
     overlay: { modes: { mode } },
-    env: { VIGIL_ADMIN_TOKEN: ADMIN_TOKEN },
+    env: {
+      VIGIL_ADMIN_TOKEN: ADMIN_TOKEN,
+      VIGIL_SENSOR_SECRET_FILE: SECRET_FILE,
+      VIGIL_HOOK_STATE_DIR: HOOK_STATE_DIR,
+    },
   });
   const app = await buildServer(vigil);
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -146,7 +162,7 @@ export interface LabBase {
   /** One line per model request the fake served. */
   requests(): Record<string, any>[];
   /** The environment every agent run gets (an isolated HOME, Vigil's URL, no way out). */
-  env(vigilUrl: string, hookTimeoutMs?: number): Record<string, string>;
+  env(vigilUrl: string): Record<string, string>;
   stop(): Promise<void>;
 }
 
@@ -205,7 +221,7 @@ export async function labBase(o: {
             .filter(Boolean)
             .map((l) => JSON.parse(l))
         : [],
-    env: (vigilUrl, hookTimeoutMs) => ({
+    env: (vigilUrl) => ({
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       HOME: home,
       TMPDIR: join(dir, 'tmp'),
@@ -216,8 +232,7 @@ export async function labBase(o: {
       ALL_PROXY: 'http://127.0.0.1:9',
       NO_PROXY: '127.0.0.1,localhost',
       VIGIL_URL: vigilUrl,
-      VIGIL_HOOK_STATE_DIR: join(dir, 'hook-state'),
-      ...(hookTimeoutMs ? { VIGIL_HOOK_TIMEOUT_MS: String(hookTimeoutMs) } : {}),
+      VIGIL_SENSOR_SECRET_FILE: SECRET_FILE,
     }),
     async stop() {
       try {

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { claudeCodeInstaller } from '../../sensors/claude-code/installer.ts';
-import { filesUnder, labBase, needsAgent, runCli } from './agent-e2e.ts';
+import { filesUnder, installCtx, labBase, needsAgent, runCli } from './agent-e2e.ts';
 import { AGENTS, agentBin } from './agents.ts';
 
 // The real Claude Code CLI, offline: `claude -p` in a throwaway git project with an
@@ -39,12 +39,7 @@ export interface ClaudeLab {
 }
 
 /** A lab: the project, HOME with the hooks installed (unless `install: false`), the fake API running `script`. */
-export async function claudeLab(o: {
-  script: unknown;
-  vigilUrl: string;
-  install?: boolean;
-  hookTimeoutMs?: number;
-}): Promise<ClaudeLab> {
+export async function claudeLab(o: { script: unknown; vigilUrl: string; install?: boolean }): Promise<ClaudeLab> {
   const bin = agentBin(AGENTS.claudeCode);
   if (!bin) throw new Error('Claude Code is not installed');
   const lab = await labBase({
@@ -53,7 +48,7 @@ export async function claudeLab(o: {
     script: o.script,
     fakeArgs: ['--log-bodies', '1'],
   });
-  if (o.install !== false) await claudeCodeInstaller.install({}, { env: { HOME: lab.home }, home: lab.home });
+  if (o.install !== false) await claudeCodeInstaller.install({ url: o.vigilUrl }, installCtx(lab.home));
   const { dir, requests } = lab;
 
   return {
@@ -78,7 +73,7 @@ export async function claudeLab(o: {
     transcripts: () => filesUnder(join(lab.home, '.claude', 'projects'), /\.jsonl$/),
     async run(prompt, ro = {}) {
       const env = {
-        ...lab.env(o.vigilUrl, o.hookTimeoutMs),
+        ...lab.env(o.vigilUrl),
         SHELL: '/bin/sh',
         XDG_CONFIG_HOME: join(dir, 'xdg', 'config'),
         XDG_CACHE_HOME: join(dir, 'xdg', 'cache'),

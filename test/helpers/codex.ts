@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { codexInstaller } from '../../sensors/codex/installer.ts';
-import { filesUnder, labBase, needsAgent, runCli } from './agent-e2e.ts';
+import { filesUnder, installCtx, labBase, needsAgent, runCli } from './agent-e2e.ts';
 import { AGENTS, agentBin } from './agents.ts';
 
 // The real Codex CLI, offline: `codex exec --json` in a throwaway git project with an
@@ -44,7 +44,6 @@ export async function codexLab(o: {
   install?: boolean;
   /** `fake-model`: no bundled metadata, so Codex offers spawn_agent (subagents) and no apply_patch. */
   model?: string;
-  hookTimeoutMs?: number;
 }): Promise<CodexLab> {
   const bin = agentBin(AGENTS.codex);
   if (!bin) throw new Error('Codex is not installed');
@@ -81,7 +80,7 @@ export async function codexLab(o: {
     ].join('\n'),
   );
   if (o.install !== false)
-    await codexInstaller.install({}, { env: { HOME: lab.home, CODEX_HOME: codexHome }, home: lab.home });
+    await codexInstaller.install({ url: o.vigilUrl }, installCtx(lab.home, { CODEX_HOME: codexHome }));
   const rollouts = () => filesUnder(join(codexHome, 'sessions'), /^rollout-.*\.jsonl$/);
 
   return {
@@ -107,7 +106,7 @@ export async function codexLab(o: {
     },
     async run(prompt, ro = {}) {
       const env = {
-        ...lab.env(o.vigilUrl, o.hookTimeoutMs),
+        ...lab.env(o.vigilUrl),
         CODEX_HOME: codexHome,
         SHELL: '/bin/bash',
         FAKE_API_KEY: 'sk-fake',

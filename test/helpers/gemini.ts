@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { geminiInstaller } from '../../sensors/gemini/installer.ts';
-import { labBase, needsAgent, runCli } from './agent-e2e.ts';
+import { installCtx, labBase, needsAgent, runCli } from './agent-e2e.ts';
 import { AGENTS, agentBin } from './agents.ts';
 
 // The real Gemini CLI, offline: `gemini -p --output-format stream-json --approval-mode
@@ -61,7 +61,7 @@ export async function geminiLab(o: {
       2,
     )}\n`,
   );
-  if (o.install !== false) await geminiInstaller.install({}, { env: { HOME: lab.home }, home: lab.home });
+  if (o.install !== false) await geminiInstaller.install({ url: o.vigilUrl }, installCtx(lab.home));
   const results: Record<string, any>[] = [];
 
   return {

@@ -1,5 +1,0 @@
-import { hookMain } from '../../shared/hook-io.ts';
-import { runHook } from '../bridge.ts';
-
-// The entry of the bundled hook (sensors/claude-code/hook/build.mjs).
-await hookMain(runHook);
