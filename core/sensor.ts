@@ -162,6 +162,13 @@ export interface HookIo {
   /** The last bytes of a local file the agent writes (its transcript); '' when unreadable. */
   tail(path: string | undefined): string;
   /**
+   * The whole lines appended to a local file the agent writes since this session last
+   * read it this way (the first time, or after the file shrank: its tail); '' when none
+   * or unreadable. What an append-only log needs read on every call, without reading
+   * it all again.
+   */
+  appended(path: string | undefined): string;
+  /**
    * Posts `events` (the answer holds the pending directives of their trees) or, with
    * none, asks for those of `ask`'s tree; lets `decide` answer; acknowledges what it
    * carried out and posts its markers. Undefined: Vigil did not answer (no opinion).
@@ -179,6 +186,13 @@ export interface HookBridge {
   readonly sensor: string;
   /** The payload's session, by which calls are kept in order and state is kept; undefined: not a payload of this agent. */
   sessionOf(payload: unknown): string | undefined;
+  /**
+   * Whether Vigil never acts from this call's answer (a tool's result, a subagent's
+   * end): the host then answers no opinion at once and reduces the payload behind the
+   * answer, its events sent with the session's next call that needs an answer (or
+   * shortly after). Absent: every call is answered.
+   */
+  observes?(payload: unknown): boolean;
   /** Reduces the payload and answers; undefined: no opinion. Must not keep the payload. */
   handle(payload: unknown, io: HookIo): Promise<Record<string, unknown> | undefined>;
 }

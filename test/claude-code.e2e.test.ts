@@ -178,12 +178,14 @@ describe.runIf(HAVE)(`Claude Code ${CC_VERSION} through the sensor contract`, ()
 
     it('denies the next call with the report, nudges a renewed loop at Stop, then hard-stops; Resume lets it go on', async () => {
       // loop (stage 1: the next call is denied), loop again ending its turn (stage 2: the
-      // Stop hook's nudge), loop a third time (the hard stop), then healthy work.
+      // Stop hook's nudge), loop a third time (the hard stop: the next call is denied and
+      // the run ends there), then healthy work.
       const steps = [
         { ...READ(), repeat: 5 },
         { ...READ(), repeat: 4 },
         { text: 'I think I am done.' },
         { ...READ(), repeat: 4 },
+        READ('src/util.js'),
         ...HEALTHY,
       ];
       const lab = await claudeLab({ vigilUrl: s.url, script: { steps } });

@@ -1,7 +1,7 @@
 import { dirname, join } from 'node:path';
 import type { HookBridge, HookIo } from '../../core/sensor.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { freshLogState, hadTurn, LogStateSchema, payloadOf, sessionIdOf, unsent } from '../shared/hook-io.ts';
+import { eventOf, freshLogState, hadTurn, LogStateSchema, payloadOf, sessionIdOf, unsent } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
@@ -40,7 +40,7 @@ async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown>
   let dirty = false;
 
   const usage = () => {
-    const fresh = unsent(state.sent, assistantEvents(io.tail(transcriptOf(p)), p, now), now);
+    const fresh = unsent(state.sent, assistantEvents(io.appended(transcriptOf(p)), p, now), now);
     events.push(...fresh);
     if (fresh.length) dirty = true;
   };
@@ -84,8 +84,12 @@ async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown>
   );
 }
 
+/** Calls whose answer Vigil never uses to act: a tool's result, a subagent's start and end (answered at once). */
+const OBSERVED = new Set(['PostToolUse', 'PostToolUseFailure', 'SubagentStart', 'SubagentStop']);
+
 export const claudeCodeBridge: HookBridge = {
   sensor: SENSOR_NAME,
   sessionOf: sessionIdOf,
+  observes: (p) => OBSERVED.has(eventOf(p)),
   handle,
 };

@@ -1,7 +1,7 @@
 import { z } from 'zod/mini';
 import type { HookBridge, HookIo } from '../../core/sensor.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { hadTurn, LogStateSchema, payloadOf, sessionIdOf, unsent } from '../shared/hook-io.ts';
+import { eventOf, hadTurn, LogStateSchema, payloadOf, sessionIdOf, unsent } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
@@ -96,4 +96,10 @@ async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown>
   );
 }
 
-export const codexBridge: HookBridge = { sensor: SENSOR_NAME, sessionOf: sessionIdOf, handle };
+export const codexBridge: HookBridge = {
+  sensor: SENSOR_NAME,
+  sessionOf: sessionIdOf,
+  // a subagent's end only reports (its hook is async in Codex too)
+  observes: (p) => eventOf(p) === 'SubagentStop',
+  handle,
+};

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { InstallContext } from '../../core/installer.ts';
-import type { HooksFile } from '../shared/hooks-file.ts';
+import type { HookEntry, HooksFile } from '../shared/hooks-file.ts';
 import {
   curlCommand,
   curlHookOf,
@@ -66,12 +66,16 @@ function canonical(v: unknown): string {
  * `sha256:<hex>` over the canonical JSON of the event name, the hook (async, command,
  * timeout, type) and the group's matcher when it has one.
  */
-export function trustEntries(s: HooksFile, path: string): { key: string; hash: string }[] {
+export function trustEntries(
+  s: HooksFile,
+  path: string,
+  pick: (h: HookEntry) => boolean = mine,
+): { key: string; hash: string }[] {
   const out: { key: string; hash: string }[] = [];
   for (const [event, groups] of Object.entries(s.hooks ?? {})) {
     groups.forEach((g, gi) => {
       (g.hooks ?? []).forEach((h, hi) => {
-        if (!mine(h)) return;
+        if (!pick(h)) return;
         const x = h as { async?: unknown; timeout?: unknown };
         const id: Record<string, unknown> = {
           event_name: snake(event),

@@ -1,7 +1,7 @@
 import { z } from 'zod/mini';
 import type { HookBridge, HookIo } from '../../core/sensor.ts';
 import type { ProgressEvent } from '../../core/wire.ts';
-import { payloadOf, sessionIdOf, TrackersSchema } from '../shared/hook-io.ts';
+import { eventOf, payloadOf, sessionIdOf, TrackersSchema } from '../shared/hook-io.ts';
 import { newLandedTracker } from '../shared/landed.ts';
 import { answer } from './answer.ts';
 import { SENSOR_NAME } from './descriptor.ts';
@@ -68,7 +68,7 @@ async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown>
   // stop a run that ends (SessionEnd) without AfterAgent after a nudge. Both reported
   // as agent_loop markers of the main session, not judged.
   if (name === 'BeforeTool' || name === 'AfterAgent' || name === 'SessionEnd') {
-    for (const id of loopNudges(io.tail(p.transcript_path))) {
+    for (const id of loopNudges(io.appended(p.transcript_path))) {
       if (state.nudges.includes(id)) continue;
       state.nudges = [...state.nudges, id].slice(-64);
       events.push({ kind: 'agent_loop', session_id: p.session_id, call_id: id, landed: false, ts: now });
@@ -149,4 +149,10 @@ async function handle(raw: unknown, io: HookIo): Promise<Record<string, unknown>
   return out;
 }
 
-export const geminiBridge: HookBridge = { sensor: SENSOR_NAME, sessionOf: sessionIdOf, handle };
+export const geminiBridge: HookBridge = {
+  sensor: SENSOR_NAME,
+  sessionOf: sessionIdOf,
+  // a tool's result and the session's end only report: a stop decided on them is carried out at the next call
+  observes: (p) => eventOf(p) === 'AfterTool' || eventOf(p) === 'SessionEnd',
+  handle,
+};

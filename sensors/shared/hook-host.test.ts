@@ -54,7 +54,7 @@ describe('the hook host fails open', () => {
       });
       const h = hookHarness([claudeCodeBridge], { transport, deadlineMs: 150 });
       const t0 = Date.now();
-      expect(await h.call('claude-code', PRE)).toBeUndefined();
+      expect(await h.host.handle('claude-code', JSON.stringify(PRE), h.host.key)).toEqual({ status: 200, body: '' });
       expect(Date.now() - t0).toBeLessThan(5_000);
       expect(seen).toBe(1);
     } finally {
@@ -102,6 +102,41 @@ describe('the hook host fails open', () => {
     });
     expect(await host.handle('boom', '{}', host.key)).toEqual({ status: 200, body: '' });
     expect(errors).toEqual(['boom Error']);
+  });
+});
+
+describe('calls Vigil never acts from', () => {
+  const POST = { ...PRE, hook_event_name: 'PostToolUse', tool_response: { type: 'text', file: { content: 'x' } } };
+
+  it("are answered at once; their events go with the session's next answered call, in one request", async () => {
+    const h = hookHarness([claudeCodeBridge]);
+    // answered before the bridge ran: nothing sent yet
+    expect(await h.host.handle('claude-code', JSON.stringify(POST), h.host.key)).toEqual({ status: 200, body: '' });
+    expect(h.sent).toEqual([]);
+    await h.host.handle('claude-code', JSON.stringify({ ...PRE, tool_use_id: 'toolu_2' }), h.host.key);
+    // the PreToolUse asked with the queued tool event: one /progress, no /directives
+    expect(h.sent.map((r) => `${r.method} ${r.path}`)).toEqual(['POST /progress']);
+    expect((h.sent[0].body as { call_id: string }[]).map((e) => e.call_id)).toEqual(['toolu_1']);
+  });
+
+  it('are sent on their own shortly after when no answered call follows', async () => {
+    const sent: string[] = [];
+    const host = new HookHost({
+      bridges: new Map([['claude-code', claudeCodeBridge]]),
+      transport: {
+        async request(method, path) {
+          sent.push(`${method} ${path}`);
+          return { directives: [] };
+        },
+      },
+      secret: randomBytes(32),
+      stateDir: mkdtempSync(join(tmpdir(), 'vigil-hh-')),
+      version: 't',
+      flushMs: 30,
+    });
+    await host.handle('claude-code', JSON.stringify(POST), host.key);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sent).toEqual(['POST /progress']);
   });
 });
 

@@ -24,7 +24,11 @@ import type { VigilTransport } from './client.ts';
 //
 // Calls of one session run one at a time (an agent's parallel calls, and a bridge's
 // state between calls, stay in order); a call that takes longer than `deadlineMs` is
-// answered with no opinion and finishes in the background (fail open).
+// answered with no opinion and finishes in the background (fail open). A call Vigil
+// never acts from (HookBridge.observes: a tool's result, a subagent's end) is answered
+// no opinion at once and reduced behind the answer; its events go with the session's
+// next answered call, in one request, or after `flushMs` when none comes: the agent
+// waits only where Vigil may act (a tool about to run, a turn's end, a new prompt).
 
 export interface HookHostOptions {
   /** The bridges by sensor name (the endpoint's paths). */
@@ -40,6 +44,8 @@ export interface HookHostOptions {
   clock?: () => number;
   /** Past this a call answers no opinion (ms). */
   deadlineMs?: number;
+  /** Events of observe-only calls wait at most this long for the session's next answered call (ms). */
+  flushMs?: number;
   /** Told which sensor's bridge failed, never with what (an error could quote the payload). */
   onError?: (sensor: string, kind: string) => void;
 }
@@ -93,10 +99,45 @@ export function tail(path: string | undefined, bytes = TAIL_BYTES): string {
   }
 }
 
+/** Where the last whole line read of a file ended, and the file's identity then. */
+interface Cursor {
+  offset: number;
+  ino: number;
+}
+
+/**
+ * The whole lines of `path` after `c` (its tail when there is no cursor, or the file was
+ * replaced or shrank), and the cursor after them; undefined when unreadable.
+ */
+export function appendedLines(path: string, c: Cursor | undefined): { text: string; cursor: Cursor } | undefined {
+  try {
+    const st = statSync(path);
+    const from = c && c.ino === st.ino && c.offset <= st.size ? c.offset : Math.max(0, st.size - TAIL_BYTES);
+    const n = st.size - from;
+    if (n <= 0) return { text: '', cursor: { offset: from, ino: st.ino } };
+    const buf = Buffer.alloc(n);
+    const fd = openSync(path, 'r');
+    try {
+      readSync(fd, buf, 0, n, from);
+    } finally {
+      closeSync(fd);
+    }
+    // up to the last newline: a line being written stays for the next read
+    const end = buf.lastIndexOf(0x0a) + 1;
+    return { text: buf.subarray(0, end).toString('utf8'), cursor: { offset: from + end, ino: st.ino } };
+  } catch {
+    return undefined;
+  }
+}
+
 export class HookHost {
   /** The key a hook must send (HOOK_KEY_HEADER). */
   readonly key: string;
   private readonly states = new Lru<string, unknown>(STATES);
+  /** Read positions in the agents' logs, per session and file (appended()). */
+  private readonly cursors = new Lru<string, Cursor>(STATES);
+  /** Events of observe-only calls not sent yet, per session, and the timer that sends them. */
+  private readonly queued = new Map<string, { sensor: string; events: ProgressEvent[]; timer: NodeJS.Timeout }>();
   private readonly chains = new Map<string, Promise<void>>();
   private readonly clock: () => number;
 
@@ -139,15 +180,17 @@ export class HookHost {
     }
     const session = bridge.sessionOf(raw);
     if (session === undefined) return NO_OPINION;
+    const observing = bridge.observes?.(raw) === true;
     const work = this.serial(`${sensor}\u0000${session}`, async () => {
       try {
-        const out = await bridge.handle(raw, this.io(sensor, session));
-        return out ? { status: 200, body: JSON.stringify(out) } : NO_OPINION;
+        const out = await bridge.handle(raw, this.io(sensor, session, observing));
+        return out && !observing ? { status: 200, body: JSON.stringify(out) } : NO_OPINION;
       } catch (e) {
         this.o.onError?.(sensor, (e as Error)?.name ?? 'Error');
         return NO_OPINION;
       }
     });
+    if (observing) return NO_OPINION;
     const deadline = this.o.deadlineMs ?? 3_000;
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<HookReply>((resolve) => {
@@ -179,7 +222,30 @@ export class HookHost {
     return join(this.o.stateDir, sensor, `${session.replace(/[^A-Za-z0-9_-]/g, '_')}.json`);
   }
 
-  private io(sensor: string, session: string): HookIo {
+  /** Waits for every call under way, then sends every session's queued events (a clean stop, a test). */
+  async close(): Promise<void> {
+    await Promise.all([...this.chains.values()]);
+    await Promise.all([...this.queued.keys()].map((memo) => this.serial(memo, () => this.flush(memo))));
+  }
+
+  private async flush(memo: string): Promise<void> {
+    const q = this.queued.get(memo);
+    if (!q) return;
+    this.queued.delete(memo);
+    clearTimeout(q.timer);
+    await this.o.transport.request('POST', '/progress', this.headers(q.sensor, named(q.events)), q.events);
+  }
+
+  /** The events queued for `memo` (taken out: the caller sends them). */
+  private take(memo: string): ProgressEvent[] {
+    const q = this.queued.get(memo);
+    if (!q) return [];
+    this.queued.delete(memo);
+    clearTimeout(q.timer);
+    return q.events;
+  }
+
+  private io(sensor: string, session: string, observing = false): HookIo {
     const file = this.stateFile(sensor, session);
     const memo = `${sensor}\u0000${session}`;
     return {
@@ -210,7 +276,26 @@ export class HookHost {
         }
       },
       tail: (path) => tail(path),
-      exchange: (events, ask, decide) => this.exchange(sensor, events, ask, decide),
+      appended: (path) => {
+        if (!path) return '';
+        const at = `${memo}\u0000${path}`;
+        const r = appendedLines(path, this.cursors.get(at));
+        if (!r) return '';
+        this.cursors.set(at, r.cursor);
+        return r.text;
+      },
+      exchange: async (events, ask, decide) => {
+        if (!observing) return this.exchange(sensor, [...this.take(memo), ...events], ask, decide);
+        if (!events.length) return undefined;
+        const q = this.queued.get(memo);
+        if (q) q.events.push(...events);
+        else {
+          const timer = setTimeout(() => void this.serial(memo, () => this.flush(memo)), this.o.flushMs ?? 250);
+          timer.unref();
+          this.queued.set(memo, { sensor, events: [...events], timer });
+        }
+        return undefined;
+      },
     };
   }
 

@@ -22,6 +22,13 @@ export function sessionIdOf(raw: unknown): string | undefined {
   return typeof s === 'string' && s.length > 0 && s.length <= 100 && /^[\x21-\x7e]+$/.test(s) ? s : undefined;
 }
 
+/** The payload's `hook_event_name` ('' when it has none). */
+export function eventOf(raw: unknown): string {
+  const e =
+    raw !== null && typeof raw === 'object' ? (raw as { hook_event_name?: unknown }).hook_event_name : undefined;
+  return typeof e === 'string' ? e : '';
+}
+
 /** The landed rule's memory per session (sensors/shared/landed.ts), as a bridge keeps it. */
 export const TrackersSchema = z._default(
   z.record(z.string(), z.object({ failing: z.readonly(z.array(z.string()).check(z.maxLength(64))) })),

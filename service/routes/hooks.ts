@@ -82,6 +82,10 @@ export const hookEndpoint =
       });
       return host;
     };
+    // a clean stop sends what observe-only calls left queued
+    app.addHook('onClose', async () => {
+      await host?.close();
+    });
     // In this plugin only: any body is bytes, whatever its content type (curl sends a form type).
     app.removeAllContentTypeParsers();
     app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: o.bodyLimit }, (_req, body, done) =>

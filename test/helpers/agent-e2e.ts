@@ -244,6 +244,9 @@ export async function labBase(o: {
   };
 }
 
+/** How long after an agent exits its last events have reached Vigil (the hook host's flush delay, and a margin). */
+export const SETTLE_MS = 400;
+
 export interface CliRun {
   exit: number | null;
   /** Its stdout's JSON lines. */
@@ -276,7 +279,11 @@ export function runCli(
     }, o.timeoutMs);
     p.on('close', (code) => {
       clearTimeout(timer);
-      resolve({ exit: code, lines: jsonLines(out), stderr: err, ms: Date.now() - t0 });
+      const ms = Date.now() - t0;
+      // The hook endpoint sends an observe-only call's events (a tool's result, a session's
+      // end) with the session's next answered call, or 250 ms after it: once the agent has
+      // exited, its last ones are in by then.
+      setTimeout(() => resolve({ exit: code, lines: jsonLines(out), stderr: err, ms }), SETTLE_MS);
     });
   });
 }

@@ -51,10 +51,15 @@ export function hookHarness(
     stateDir,
     /** The events posted to /progress so far. */
     posted: () => sent.filter((r) => r.path === '/progress').flatMap((r) => r.body as Record<string, unknown>[]),
-    /** One hook call as the agent makes it; the parsed answer, or undefined for none. */
+    /**
+     * One hook call as the agent makes it; the parsed answer, or undefined for none.
+     * Waits until the call's events are sent (an observe-only call's too, which the host
+     * would otherwise send with the next answered call).
+     */
     async call(sensor: string, payload: unknown): Promise<Record<string, unknown> | undefined> {
       const r = await host.handle(sensor, JSON.stringify(payload), host.key);
       if (r.status !== 200) throw new Error(`hook answered ${r.status}`);
+      await host.close();
       return r.body ? JSON.parse(r.body) : undefined;
     },
   };
