@@ -458,8 +458,13 @@ interface Health {
 }
 
 async function statusText(r: Remote, env: NodeJS.ProcessEnv): Promise<string> {
-  const [h, rows, alerts, deliveries] = await Promise.all([
-    call<Health>(r, 'GET', '/health'),
+  // A relay on this machine (vigil relay): say so, then show the service it forwards to.
+  const first = await call<Health | { relay: true; to: string; service: string }>(r, 'GET', '/health');
+  if ('relay' in first && first.relay) {
+    return `vigil relay at ${r.url}: forwarding the hooks' events to ${first.to} (${first.service})\n${await statusText({ ...r, url: first.to }, env)}`;
+  }
+  const h = first as Health;
+  const [rows, alerts, deliveries] = await Promise.all([
     call<Row[]>(r, 'GET', '/sessions?limit=10000'),
     call<{ dedup_key: string; severity: string; title: string; updated_at: number }[]>(r, 'GET', '/alerts'),
     call<{ at: number; channel: string; outcome: string; reason?: string; title: string; test?: boolean }[]>(

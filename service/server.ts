@@ -129,7 +129,7 @@ export async function buildServer(vigil: Vigil, opts: ServerOptions = {}): Promi
     await app.register(
       hookEndpoint({
         bridges: vigil.registry.hooks,
-        transport: injectTransport(app, ingestToken),
+        transport: injectTransport((r) => app.inject(r), ingestToken),
         env: vigil.env,
         version: opts.version ?? '0.0.0',
         bodyLimit: srv.hook_body_limit_bytes,

@@ -13,8 +13,8 @@ import { eventually, tempDir } from './helpers/index.ts';
 const ROOT = join(import.meta.dirname, '..');
 const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
 
-function commands(): string[] {
-  const at = README.indexOf('<!-- readme-test: beside-opencode -->');
+function commands(name = 'beside-opencode'): string[] {
+  const at = README.indexOf(`<!-- readme-test: ${name} -->`);
   const block = /```sh\n([\s\S]*?)```/.exec(README.slice(at))?.[1] ?? '';
   return block
     .split('\n')
@@ -62,5 +62,44 @@ describe('README: run it beside opencode', () => {
     expect(st.status).toBe(0);
     expect(st.stdout).toContain(`at http://127.0.0.1:${port}: ok (backend memory`);
     expect(st.stdout).toContain('sessions: 0');
+  });
+});
+
+describe('README: run it beside Claude Code, Codex CLI or Gemini CLI', () => {
+  it('npm start, npx vigil install claude-code, npx vigil status: wired by http hooks, the endpoint answers', async () => {
+    const [start, install, status] = commands('beside-hooks');
+    expect([start, install, status]).toEqual(['npm start', 'npx vigil install claude-code', 'npx vigil status']);
+    const port = await freePort();
+    const home = tempDir('vigil-home');
+    const env = {
+      PATH: process.env.PATH,
+      HOME: home,
+      XDG_CONFIG_HOME: join(home, '.config'),
+      XDG_STATE_HOME: join(home, '.local', 'state'),
+      PORT: String(port),
+      VIGIL_URL: `http://127.0.0.1:${port}`,
+      VIGIL_LOG_FORMAT: 'json',
+    };
+    const svc = spawn('bash', ['-c', start], { cwd: ROOT, env, detached: true, stdio: 'ignore' });
+    try {
+      await eventually(async () => (await fetch(`http://127.0.0.1:${port}/health`)).ok, 60_000, 250);
+      const inst = spawnSync('bash', ['-c', install], { cwd: ROOT, env, encoding: 'utf8', timeout: 120_000 });
+      expect(inst.status, inst.stderr).toBe(0);
+      const settings = JSON.parse(readFileSync(join(home, '.claude', 'settings.json'), 'utf8'));
+      expect(settings.hooks.PreToolUse[0].hooks[0]).toMatchObject({
+        type: 'http',
+        url: `http://127.0.0.1:${port}/hooks/claude-code`,
+      });
+      const st = spawnSync('bash', ['-c', status], { cwd: ROOT, env, encoding: 'utf8', timeout: 60_000 });
+      expect(st.stderr).toBe('');
+      expect(st.status).toBe(0);
+      expect(st.stdout).toMatch(
+        new RegExp(
+          `claude-code: wired \\(vigil-claude-code/[^,]+, http hooks, .*posts to http://127\\.0\\.0\\.1:${port}/hooks/claude-code: answers`,
+        ),
+      );
+    } finally {
+      if (svc.pid) process.kill(-svc.pid, 'SIGTERM');
+    }
   });
 });

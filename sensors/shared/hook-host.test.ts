@@ -178,6 +178,7 @@ describe('the hook host keeps order and state', () => {
     });
     const r = await again.handle('slow', JSON.stringify({ session_id: 'a', n: 4 }), again.key);
     expect(JSON.parse(r.body)).toEqual({ seen: [1, 2, 4] });
+    await again.close(); // states are written within a second, and at close
     expect(JSON.parse(readFileSync(join(h.stateDir, 'slow', 'a.json'), 'utf8'))).toEqual({ seen: [1, 2, 4] });
   });
 

@@ -61,6 +61,8 @@ export interface HookReply {
 const NO_OPINION: HookReply = { status: 200, body: '' };
 /** Sessions whose state stays in memory; the rest are read back from their file. */
 const STATES = 5_000;
+/** States are written to their files at most this often (ms). */
+const SAVE_MS = 1_000;
 /** Bytes of an agent's log read from its end (transcripts grow; only recent lines matter). */
 const TAIL_BYTES = 256 * 1024;
 
@@ -136,6 +138,9 @@ export class HookHost {
   private readonly states = new Lru<string, unknown>(STATES);
   /** Read positions in the agents' logs, per session and file (appended()). */
   private readonly cursors = new Lru<string, Cursor>(STATES);
+  /** States saved since they were last written to their files, by file; and the timer that writes them. */
+  private readonly unsaved = new Map<string, { dir: string; state: unknown }>();
+  private saver: NodeJS.Timeout | undefined;
   /** Events of observe-only calls not sent yet, per session, and the timer that sends them. */
   private readonly queued = new Map<string, { sensor: string; events: ProgressEvent[]; timer: NodeJS.Timeout }>();
   private readonly chains = new Map<string, Promise<void>>();
@@ -222,10 +227,28 @@ export class HookHost {
     return join(this.o.stateDir, sensor, `${session.replace(/[^A-Za-z0-9_-]/g, '_')}.json`);
   }
 
-  /** Waits for every call under way, then sends every session's queued events (a clean stop, a test). */
+  /** Waits for every call under way, then sends every session's queued events and writes the states (a clean stop, a test). */
   async close(): Promise<void> {
     await Promise.all([...this.chains.values()]);
     await Promise.all([...this.queued.keys()].map((memo) => this.serial(memo, () => this.flush(memo))));
+    this.writeStates();
+  }
+
+  /** Writes the states changed since the last write, each to its file (a restart reads them back). */
+  private writeStates(): void {
+    clearTimeout(this.saver);
+    this.saver = undefined;
+    for (const [file, { dir, state }] of this.unsaved) {
+      try {
+        mkdirSync(dir, { recursive: true, mode: 0o700 });
+        const tmp = `${file}.${process.pid}.tmp`;
+        writeFileSync(tmp, JSON.stringify(state), { mode: 0o600 });
+        renameSync(tmp, file);
+      } catch {
+        // kept in memory; lost at a restart, which costs a missed landed fact at worst
+      }
+    }
+    this.unsaved.clear();
   }
 
   private async flush(memo: string): Promise<void> {
@@ -266,13 +289,11 @@ export class HookHost {
       },
       save: (state: unknown) => {
         this.states.set(memo, state);
-        try {
-          mkdirSync(join(this.o.stateDir, sensor), { recursive: true, mode: 0o700 });
-          const tmp = `${file}.${process.pid}.tmp`;
-          writeFileSync(tmp, JSON.stringify(state), { mode: 0o600 });
-          renameSync(tmp, file);
-        } catch {
-          // kept in memory; lost at a restart, which costs a missed landed fact at worst
+        // written to its file within a second (a write per call cost more than the call)
+        this.unsaved.set(file, { dir: join(this.o.stateDir, sensor), state });
+        if (!this.saver) {
+          this.saver = setTimeout(() => this.writeStates(), SAVE_MS);
+          this.saver.unref();
         }
       },
       tail: (path) => tail(path),

@@ -1,6 +1,10 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import rateLimit from '@fastify/rate-limit';
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
+import { HOOK_KEY_HEADER, hookKey, loadSensorSecret } from '../../core/session-key.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { normalizeCall } from '../../opencode/normalize.ts';
 import { testVigil } from '../../test/helpers/index.ts';
@@ -121,5 +125,34 @@ describe('vigilIngest', () => {
   it('mounts in a router that registered @fastify/rate-limit itself', async () => {
     const { router } = await setup({}, true);
     expect((await router.inject({ method: 'POST', url: '/vigil/progress', payload: ev(0) })).statusCode).toBe(202);
+  });
+
+  it('with hooks: true, takes the hooks of the agents on its machine under its prefix, reduced into its own routes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vigil-router-hooks-'));
+    const secretFile = join(dir, 'secret');
+    const vigil = await testVigil({ backend: 'memory', env: { VIGIL_SENSOR_SECRET_FILE: secretFile } });
+    opened.push(vigil);
+    const router = Fastify();
+    await router.register(vigilIngest, { vigil, prefix: '/vigil', hooks: true });
+    const plain = Fastify();
+    await plain.register(vigilIngest, { vigil, prefix: '/vigil' });
+    await router.ready();
+    await plain.ready();
+    const key = hookKey(loadSensorSecret(secretFile, { create: true }));
+    const hook = (app: typeof router, remoteAddress = '127.0.0.1') =>
+      app.inject({
+        method: 'POST',
+        url: '/vigil/hooks/claude-code',
+        remoteAddress,
+        headers: { [HOOK_KEY_HEADER]: key },
+        payload: { session_id: 'ses_hooked', hook_event_name: 'UserPromptSubmit', prompt: 'x', prompt_id: 'p1' },
+      });
+    expect((await hook(router)).statusCode).toBe(200);
+    expect((await vigil.engine.sessionRow('ses_hooked'))?.session).toBe('ses_hooked');
+    expect((await hook(router, '198.51.100.4')).statusCode).toBe(403);
+    // not asked for: not mounted
+    expect((await hook(plain)).statusCode).toBe(404);
+    await router.close();
+    await plain.close();
   });
 });

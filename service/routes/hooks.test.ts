@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -6,6 +6,7 @@ import { gunzipSync, inflateRawSync, inflateSync } from 'node:zlib';
 import { Redis } from 'ioredis';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { eventually } from '../../channels/testing/index.ts';
 import { HOOK_KEY_HEADER, hookKey, loadSensorSecret } from '../../core/session-key.ts';
 import { MemoryStore } from '../../core/store/memory.ts';
 import type { Vigil } from '../../core/vigil.ts';
@@ -310,12 +311,15 @@ describe.each(backends())('the hook endpoint (%s)', (backend) => {
     found('log lines', s.logs);
     expect(s.logs.length).toBeGreaterThan(5);
     found('stored values', await storedValues(s));
+    // the bridges' states, written to their files within a second
     const stateDir = join(s.v.env.VIGIL_HOOK_STATE_DIR as string);
-    const states = readdirSync(stateDir, { recursive: true, withFileTypes: true })
-      .filter((e) => e.isFile())
-      .map((e) => readFileSync(join(e.parentPath, e.name), 'utf8'));
-    expect(states.length).toBeGreaterThan(0);
-    found('bridge state files', states);
+    const states = await eventually(() => {
+      const files = existsSync(stateDir)
+        ? readdirSync(stateDir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile())
+        : [];
+      return files.length >= 3 ? files.map((e) => readFileSync(join(e.parentPath, e.name), 'utf8')) : undefined;
+    }, 5_000);
+    found('bridge state files', states ?? []);
   });
 });
 

@@ -1,6 +1,6 @@
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import { AppError } from '../../core/errors.ts';
 import type { HookBridge } from '../../core/sensor.ts';
 import { HOOK_KEY_HEADER, loadSensorSecret, sensorSecretFile } from '../../core/session-key.ts';
@@ -44,12 +44,20 @@ export function hookSetup(env: NodeJS.ProcessEnv): { secret: Buffer; stateDir: s
   }
 }
 
+/** A request to fastify's own routes without a socket (`app.inject`). */
+export type Inject = (r: {
+  method: 'GET' | 'POST';
+  url: string;
+  headers: Record<string, string>;
+  payload?: string;
+}) => Promise<{ statusCode: number; json(): unknown }>;
+
 /** The service answering its own sensor routes, in process (the same routes, tokens and checks as over HTTP). */
-export function injectTransport(app: Pick<FastifyInstance, 'inject'>, token: string | undefined): VigilTransport {
+export function injectTransport(inject: Inject, token: string | undefined): VigilTransport {
   return {
     async request(method, path, headers, body) {
       try {
-        const r = await app.inject({
+        const r = await inject({
           method,
           url: path,
           headers: {
