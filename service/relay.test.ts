@@ -125,7 +125,9 @@ describe('vigil relay', () => {
     // recovery's own acknowledgements and marker aside)
     const forwarded = svc.seen
       .slice(before)
-      .filter((s) => (s.url === '/progress' && !s.body.includes('compaction_done')) || s.url.startsWith('/directives?'));
+      .filter(
+        (s) => (s.url === '/progress' && !s.body.includes('compaction_done')) || s.url.startsWith('/directives?'),
+      );
     expect(forwarded.length).toBe(16);
     // signed and authenticated as a sensor of this user is
     for (const s of svc.seen) {
