@@ -228,6 +228,10 @@ console.log(row('redis:  looping event -> gate refuses', red.refuse));
 console.log(row('redis:  looping event -> alert received', red.alert));
 console.log(`  refusal p99, redis / memory: ${(pct(red.refuse, 99) / pct(mem.refuse, 99)).toFixed(2)}x   (goal <= 5x)`);
 console.log(
-  `  alert received p99, redis / raw BullMQ: ${(pct(red.alert, 99) / pct(raw, 99)).toFixed(2)}x   (goal <= 1.5x)`,
+  `  alert received p99, redis / raw BullMQ: ${(pct(red.alert, 99) / pct(raw, 99)).toFixed(2)}x   (raw BullMQ keeps no incident or gate: shown, not a goal)`,
+);
+const p99 = pct(red.alert, 99);
+console.log(
+  `budget: a looping event to the webhook receiver, Redis, p99 ${p99.toFixed(1)} ms (budget <= 100 ms): ${p99 <= 100 ? 'met' : 'NOT MET'}`,
 );
 process.exit(0);

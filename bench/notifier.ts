@@ -296,6 +296,8 @@ console.log(
   `notifier bench: ${args.count} alerts at ${args.rate}/s per side (in ${args.chunks} chunks, the sides in turns), ${args.url ? `Redis ${args.url}` : 'a redis-server of its own'}, no-op channel, concurrency 1, ${args.runs} runs`,
 );
 const ratios: { p50: number; p99: number; cap: number }[] = [];
+/** Vigil's sustained alerts/s per run (the budget: at least 1,000 on one instance). */
+const held: number[] = [];
 for (let run = 1; run <= args.runs; run++) {
   const [r, g] = await interleaved(args.rate, args.count, args.chunks, `${run}`);
   console.log(`run ${run}`);
@@ -310,6 +312,7 @@ for (let run = 1; run <= args.runs; run++) {
   if (args.capacity === 'on') {
     const [rc, gc] = (await capacities(run)).map((l) => l.best);
     ratio.cap = gc.rate / rc.rate;
+    held.push(gc.rate);
     console.log(
       `  sustained (p99 <= 1 s; ladders x1.4 from 500/s side by side, then ${BISECTIONS} bisections each; ${args['step-ms']} ms steps, a miss tried twice): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
     );
@@ -324,7 +327,11 @@ const range = (k: 'p50' | 'p99' | 'cap') => {
   return `${Math.min(...xs).toFixed(2)}-${Math.max(...xs).toFixed(2)}x`;
 };
 console.log(
-  `range over ${args.runs} runs: p50 ${range('p50')}, p99 ${range('p99')} (goal <= 1.5); capacity ${range('cap')} (goal >= 0.7)`,
+  `range over ${args.runs} runs, vigil / raw BullMQ (which keeps no incident, gate or outbox; shown, not a goal): p50 ${range('p50')}, p99 ${range('p99')}, capacity ${range('cap')}`,
 );
+if (held.length)
+  console.log(
+    `budget: the notifier sustains ${Math.min(...held)}-${Math.max(...held)} alerts/s on one instance with p99 <= 1 s (budget >= 1,000/s): ${Math.min(...held) >= 1_000 ? 'met' : 'NOT MET'}`,
+  );
 admin.disconnect();
 process.exit(0);

@@ -25,25 +25,7 @@ export type UnitWrite =
   | { op: 'hincr'; key: string; deltas: Record<string, number>; ttlMs: number }
   | { op: 'zadd'; key: string; member: string; score: number }
   | { op: 'lpush'; key: string; value: string; cap: number; ttlMs: number }
-  | { op: 'outbox'; value: string; step?: OutboxStep };
-
-/**
- * Work an outbox entry's handler lends the commit, to run in the same atomic step after
- * every write (the notifier's delivery on Redis: one round trip from an alert to its
- * jobs). `name` is a step the backend was given (RedisStore.unitStep); a backend that
- * does not know it, or runs no steps (memory), commits without it and the entry is
- * delivered as usual. The step gets the entry's id; it removes the entry itself when it
- * delivered it.
- */
-export interface OutboxStep {
-  name: string;
-  /** Store keys as the backend spells them (the step is backend code). */
-  keys: string[];
-  args: (string | number | Uint8Array)[];
-}
-
-/** What a step lent to the commit answered: its reply, or why it did not run to its end. */
-export type StepReply = { ok: true; reply: unknown } | { ok: false; error: string };
+  | { op: 'outbox'; value: string };
 
 export interface UnitPlan {
   /** Input ids: one already stored makes the whole unit a repeat (nothing is written). */
@@ -55,11 +37,8 @@ export interface UnitPlan {
 }
 
 export type UnitOutcome =
-  /**
-   * Committed; the ids of the outbox entries it wrote, in order, and what each one's
-   * step answered (undefined: it had none, or the backend ran none).
-   */
-  | { ok: true; outbox: string[]; steps?: (StepReply | undefined)[] }
+  /** Committed; the ids of the outbox entries it wrote, in order. */
+  | { ok: true; outbox: string[] }
   /** Some of its input ids are stored already (`present`): all of them makes the unit a repeat. */
   | { ok: false; repeat: true; present: string[] }
   /** Keys read that changed meanwhile, with what they hold now. */
@@ -107,8 +86,6 @@ class Unit {
   readonly deltas = new Map<string, Record<string, number>>();
   readonly pushed = new Map<string, string[]>();
   readonly outbox: OutboxEntry[] = [];
-  /** Per outbox entry: what its handler lent the commit with the step (handed back after). */
-  readonly lent: unknown[] = [];
   readonly after: (() => void)[] = [];
   readonly discard: (() => void)[] = [];
   /** Run once its judging is done, inside it, before the commit (beforeCommit). */
@@ -418,18 +395,12 @@ const RECONCILE_AFTER_MS = 5_000;
 export const INPUT_TTL_MS = 15 * 60_000;
 
 /**
- * Delivers one outbox entry (`id`: its id in the outbox). It resolves to 'done' when it
- * removed the entry itself, in the same atomic step as its effect (the notifier's
- * delivery script on Redis); to anything else when the entry is to be removed after it.
- * `step`: the entry was emitted with a step and the commit ran it: what it answered and
- * what the handler lent with it (the reconciler hands over none).
+ * Delivers one outbox entry (`id`: its id in the outbox); the entry is removed once it
+ * resolves. Delivering an entry twice must be safe (the reconciler may).
  */
-export type OutboxHandler = (entry: OutboxEntry, id: string, step?: StepDone) => Promise<unknown>;
+export type OutboxHandler = (entry: OutboxEntry, id: string) => Promise<unknown>;
 
-/** A step the commit ran for an entry, as its handler gets it back. */
-export type StepDone = StepReply & { lent: unknown };
-
-type Delivery = [id: string, entry: OutboxEntry, step?: StepDone];
+type Delivery = [id: string, entry: OutboxEntry];
 
 /**
  * Runs units: judge, commit (or judge again on a conflict), then the after-commit work
@@ -453,22 +424,15 @@ export class Units {
     this.handlers.set(kind, h);
   }
 
-  /**
-   * Appends an entry to the current unit's outbox (outside a unit: its own unit).
-   * `step`: work to run inside the commit (OutboxStep); `lent` comes back to the handler
-   * with what the step answered.
-   */
-  async emit(entry: OutboxEntry, step?: OutboxStep, lent?: unknown): Promise<void> {
+  /** Appends an entry to the current unit's outbox (outside a unit: its own unit). */
+  async emit(entry: OutboxEntry): Promise<void> {
     const u = current();
     if (u) {
       u.outbox.push(entry);
-      u.lent.push(lent);
-      u.writes.push(
-        step ? { op: 'outbox', value: JSON.stringify(entry), step } : { op: 'outbox', value: JSON.stringify(entry) },
-      );
+      u.writes.push({ op: 'outbox', value: JSON.stringify(entry) });
       return;
     }
-    await this.run(async () => this.emit(entry, step, lent));
+    await this.run(async () => this.emit(entry));
   }
 
   /**
@@ -538,10 +502,7 @@ export class Units {
         return {
           value,
           repeat: false,
-          entries: r.outbox.map((id, i): Delivery => {
-            const st = r.steps?.[i];
-            return st ? [id, u.outbox[i], { ...st, lent: u.lent[i] }] : [id, u.outbox[i]];
-          }),
+          entries: r.outbox.map((id, i): Delivery => [id, u.outbox[i]]),
           after: u.after,
         };
       }
@@ -568,13 +529,14 @@ export class Units {
   /** Delivers outbox entries and marks them done; one that fails stays for the reconciler. */
   private async deliver(entries: readonly Delivery[]): Promise<number> {
     let n = 0;
-    for (const [id, e, step] of entries) {
+    for (const [id, e] of entries) {
       if (this.draining.has(id)) continue;
       this.draining.add(id);
       try {
         const h = this.handlers.get(e.kind);
         if (!h) throw new Error(`no handler for outbox entries of kind "${e.kind}"`);
-        if ((await h(e, id, step)) !== 'done') await this.store.base.outboxDone([id]);
+        await h(e, id);
+        await this.store.base.outboxDone([id]);
         n++;
       } catch (err) {
         this.logger.warn(

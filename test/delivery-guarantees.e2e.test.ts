@@ -211,14 +211,15 @@ describe('delivery guarantees', () => {
       });
     };
     // A trigger still being retried when its incident's resolve went out is dropped, not
-    // sent after it (by design): it counts as accounted for when the receiver got a
-    // later transition of the same incident.
+    // sent after it (by design: "superseded" when the later one was delivered first,
+    // "dropped" when the incident resolved first): it counts as accounted for when the
+    // receiver got a later transition of the same incident.
     const superseded = async () => {
       const rows = await v.deliveryLog.recent(1000);
       return rows.filter(
         (x) =>
           x.outcome === 'suppressed' &&
-          /^superseded/.test(x.reason ?? '') &&
+          /^(superseded|dropped)/.test(x.reason ?? '') &&
           r.got.some((g) => g.key.startsWith(`${x.dedup_key}/`) && !g.key.startsWith(`${x.dedup_key}/${x.state}/`)),
       ).length;
     };

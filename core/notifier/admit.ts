@@ -19,7 +19,7 @@ export async function admit(store: Store, e: ChannelEntry, a: Alert, episode: nu
   return admitted(await store.admit(admitRequest(e, a, episode)), e, a);
 }
 
-/** The store's gate request for one channel and transition (also what the Redis commit script runs). */
+/** The store's gate request for one channel and transition. */
 export function admitRequest(e: ChannelEntry, a: Alert, episode: number): AdmitRequest {
   return {
     markKey: keys.notified(e.name, a.dedup_key),

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Job, type JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
+import { type JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
 import { parseRedisUrl, type RedisTarget, redisClient } from '../store/redis-connect.ts';
@@ -86,26 +86,6 @@ export class BullQueue implements AlertQueue {
     return existing.value === undefined;
   }
 
-  /**
-   * The add enqueue() makes, as the Redis script call BullMQ itself would send, without
-   * sending it: so the notifier's commit script can run it inside its own atomic step
-   * (core/notifier/redis-commit.ts). BullMQ builds the keys and arguments (its public
-   * Job#addJob, handed a client that records the call instead of sending it).
-   */
-  async prepare(job: DeliverJob): Promise<PreparedAdd> {
-    const q = this.queue(job.channel);
-    let call: { name: string; args: unknown[] } | undefined;
-    const recorder = {
-      runCommand(name: string, args: unknown[]) {
-        call = { name, args };
-        return Promise.resolve(job.id);
-      },
-    };
-    await new Job(q, 'deliver', job, jobOpts(job.id), job.id).addJob(recorder as never);
-    if (!call) throw new Error('BullMQ did not issue a script call for the add');
-    return { script: call.name, args: call.args as (string | Buffer)[], jobKey: q.toKey(job.id) };
-  }
-
   async start(deliverer: Deliverer): Promise<void> {
     this.deliverer = deliverer;
     for (const channel of deliverer.channelNames()) {
@@ -186,13 +166,6 @@ export class BullQueue implements AlertQueue {
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => {})));
     await this.producer.quit().catch(() => this.producer.disconnect());
   }
-}
-
-/** One job's add as a script call: the script's name (BullMQ's, with its version), its keys then args, the job's key. */
-export interface PreparedAdd {
-  script: string;
-  args: (string | Buffer)[];
-  jobKey: string;
 }
 
 /** Every delivery job's options: its id the transition's, retries decided by the deliverer. */

@@ -1,4 +1,3 @@
-import type { Queue } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRegistry } from '../../builtins.ts';
 import {
@@ -17,9 +16,6 @@ import { FakeClock } from '../clock.ts';
 import { keys } from '../store/keys.ts';
 import type { RedisStore } from '../store/redis.ts';
 import type { Vigil } from '../vigil.ts';
-import type { BullQueue } from './bullmq-queue.ts';
-import type { NotifyResult } from './notifier.ts';
-import { CommitUnsupported } from './redis-commit.ts';
 
 const running: { v: Vigil; prefix?: string }[] = [];
 afterEach(async () => {
@@ -317,7 +313,6 @@ describe.each(backends())('notifier guarantees (%s)', (backend) => {
   it('a fan-out cut short (the queue failed after the commit) waits in the outbox and the reconciler sends it once', async () => {
     const { v, b } = await setup(backend, [{ name: 'rec' }]);
     // On Redis the one-script delivery cannot be cut short like this; the stages it falls back to can.
-    if (backend === 'redis') forceStages(v);
     const enqueue = v.queue.enqueue.bind(v.queue);
     let fail = true;
     v.queue.enqueue = async (job) => {
@@ -369,13 +364,6 @@ describe.each(backends())('notifier guarantees (%s)', (backend) => {
   });
 });
 
-/** Makes the Redis commit unusable, so the notifier takes its stages one by one. */
-function forceStages(v: Vigil): void {
-  (v.queue as BullQueue).prepare = async () => {
-    throw new CommitUnsupported('the test wants the stages');
-  };
-}
-
 /** Names of the commands the store's and the queue's connections send while `fn` runs. */
 async function commandsDuring(v: Vigil, fn: () => Promise<unknown>): Promise<string[]> {
   const names: string[] = [];
@@ -401,52 +389,10 @@ async function commandsDuring(v: Vigil, fn: () => Promise<unknown>): Promise<str
   return names;
 }
 
-describe.runIf(withRedis)('notifier commit (redis)', () => {
-  it('a transition, its gates and its jobs commit in one command', async () => {
-    const prefix = testPrefix();
-    // No worker here: its delivery-log writes would mix with the commands counted.
-    const v = await testVigil({
-      backend: 'redis',
-      prefix,
-      worker: false,
-      registry: createRegistry().register(recordingPlugin(behaviour('ok'))),
-      channels: [
-        { name: 'desk', type: 'recording', min_severity: 'info' },
-        { name: 'pager', type: 'recording', min_severity: 'critical' },
-      ],
-    });
-    running.push({ v, prefix });
-    // The script is loaded, and each channel's queue set up, once.
-    await v.notifier.notify(alert({ dedup_key: 'warm-up', severity: 'critical' }));
-    expect(await v.queue.depth()).toBe(2); // (after the queues' own set-up commands)
-    let warning: NotifyResult | undefined;
-    // The unit's commit (incident and outbox entry) runs the delivery step too, which
-    // deletes the entry with its jobs: no second script, no XDEL of its own.
-    const one = ['evalsha'];
-    expect(await commandsDuring(v, async () => (warning = await v.notifier.notify(alert())))).toEqual(one);
-    expect(await v.store.base.outboxRead(10)).toEqual([]);
-    // The escalation is the desk's escalation and the pager's trigger (its gate picks that job).
-    let critical: NotifyResult | undefined;
-    expect(
-      await commandsDuring(v, async () => (critical = await v.notifier.notify(alert({ severity: 'critical' })))),
-    ).toEqual(one);
-    // A repeat that changes nothing is one command too, and queues nothing.
-    expect(await commandsDuring(v, () => v.notifier.notify(alert({ severity: 'critical' })))).toEqual(['evalsha']);
-    const jobs = [...warning!.channels, ...critical!.channels].filter((c) => c.outcome === 'queued');
-    const queued = await Promise.all(
-      jobs.map(async (c) => {
-        const q = (v.queue as unknown as { queue(c: string): Queue }).queue(c.name);
-        const j = await q.getJob(c.job_id!);
-        return `${c.name}:${j?.data.alert.state}/${j?.data.alert.severity}`;
-      }),
-    );
-    expect(queued).toEqual(['desk:trigger/warning', 'desk:escalate/critical', 'pager:trigger/critical']);
-    expect(await v.queue.depth()).toBe(5);
-  });
-
-  it('a queue that refuses the job inside the delivery script: the transition waits in the outbox, the reconciler sends it once', async () => {
+describe.runIf(withRedis)('notifier and BullMQ (redis)', () => {
+  it('a queue that refuses the job: the transition waits in the outbox, the reconciler sends it once', async () => {
     const { v, b } = await setup('redis', [{ name: 'rec' }]);
-    // BullMQ's job counter holding the wrong type: its add fails inside the script, and again in the stages.
+    // BullMQ's job counter holding the wrong type: its add fails.
     const counter = (v.queue as unknown as { queue(c: string): { toKey(t: string): string } }).queue('rec').toKey('id');
     const redis = (v.store.base as RedisStore).client;
     await redis.hset(counter, 'x', '1');
@@ -470,7 +416,6 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     const redis = (v.store.base as RedisStore).client;
     await redis.set(q.toKey('wait'), 'not-a-list');
     const r = await v.notifier.notify(alert());
-    // The in-unit step, the standalone commit and the stages all failed at the push.
     expect(r).toMatchObject({ fired: 'trigger', channels: [] });
     expect(await v.store.base.outboxRead(10)).toHaveLength(1);
     await redis.del(q.toKey('wait'));
@@ -480,76 +425,27 @@ describe.runIf(withRedis)('notifier commit (redis)', () => {
     expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
     expect(await v.store.base.outboxRead(10)).toEqual([]);
   });
-
-  it("two transitions in one unit, the first one's step failing in the commit: the second goes out right after the first, not at the reconciler", async () => {
-    const { v, b } = await setup('redis', [{ name: 'rec' }]);
-    const commit = (v.notifier as unknown as { commit: { step(...a: unknown[]): Promise<{ args: unknown[] }> } })
-      .commit;
-    const step = commit.step.bind(commit);
-    commit.step = async (...a: unknown[]) => {
-      const st = await step(...a);
-      // (a channel count that is not a number: the first transition's step errors under pcall)
-      if (a[1] === 1) st.args[1] = 'bad';
-      return st;
-    };
-    await v.units.run(async () => {
-      await v.notifier.notify(alert());
-      await v.notifier.notify(alert({ severity: 'critical' }));
-    });
-    expect(await v.store.base.outboxRead(10)).toEqual([]);
-    await v.queue.idle();
-    await eventually(() => b.sent.length === 2);
-    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1', 'escalate#2']);
-  });
 });
 
 describe.runIf(withRedis)('notifier outbox on redis', () => {
-  it('the delivery script deletes the entry with its jobs: a crash right after it leaves nothing to send again', async () => {
+  it("a crash after the jobs were added, before the entry's removal: the reconciler hands it out again, the job id refuses the copy", async () => {
     const { v, b } = await setup('redis', [{ name: 'rec' }]);
-    // The process "dies" after the script: the unit's own removal never runs.
+    // The process "dies" after the jobs were added: the entry's removal never runs.
     const base = v.store.base;
-    let removals = 0;
-    base.outboxDone = async () => {
-      removals++;
-    };
+    const done = base.outboxDone.bind(base);
+    base.outboxDone = async () => {};
     const r = await v.notifier.notify(alert());
     expect(r.channels).toMatchObject([{ name: 'rec', outcome: 'queued' }]);
-    expect(removals).toBe(0);
-    expect(await base.outboxRead(10)).toEqual([]);
-    expect(await v.units.reconcile(true)).toBe(0);
-    await v.queue.idle();
-    await eventually(() => b.sent.length === 1);
-    expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
-  });
-
-  it('a crash before the delivery script leaves the entry for the reconciler, which sends it once', async () => {
-    const { v, b } = await setup('redis', [{ name: 'rec' }]);
-    const client = (v.store.base as RedisStore).client as unknown as Record<string, (...a: unknown[]) => unknown>;
-    const commit = client.vigilCommit;
-    // A unit that commits without the delivery step (one could not be planned), then the
-    // connection drops before the delivery script.
-    const notifier = v.notifier as unknown as { commit: { step: (...a: unknown[]) => Promise<unknown> } };
-    const step = notifier.commit.step;
-    notifier.commit.step = async () => {
-      throw new CommitUnsupported('no step');
-    };
-    client.vigilCommit = async () => {
-      throw new Error('Connection is closed.');
-    };
-    const r = await v.notifier.notify(alert());
-    notifier.commit.step = step;
-    expect(r).toMatchObject({ fired: 'trigger', channels: [] });
-    expect(await v.store.base.outboxRead(10)).toHaveLength(1);
-    client.vigilCommit = commit;
+    expect(await base.outboxRead(10)).toHaveLength(1);
+    base.outboxDone = done;
     expect(await v.units.reconcile(true)).toBe(1);
-    expect(await v.store.base.outboxRead(10)).toEqual([]);
-    expect(await v.units.reconcile(true)).toBe(0);
+    expect(await base.outboxRead(10)).toEqual([]);
     await v.queue.idle();
     await eventually(() => b.sent.length === 1);
     expect(b.sent.map((a) => `${a.state}#${a.seq}`)).toEqual(['trigger#1']);
   });
 
-  it('an entry left behind for a transition already handed out is deleted by the script, not sent again', async () => {
+  it('an entry left behind for a transition already handed out is removed, not sent again', async () => {
     const { v, b } = await setup('redis', [{ name: 'rec' }]);
     const base = v.store.base as RedisStore;
     await v.notifier.notify(alert());

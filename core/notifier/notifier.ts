@@ -8,13 +8,12 @@ import type { Logger } from '../logger.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import { TOKENS } from '../tokens.ts';
-import type { OutboxEntry, OutboxStep, StepDone, Units } from '../unit.ts';
-import { admit, admitRequest, admitted } from './admit.ts';
+import type { OutboxEntry, Units } from '../unit.ts';
+import { admit } from './admit.ts';
 import type { DeliverJob } from './deliverer.ts';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.ts';
 import { type Incident, transition } from './lifecycle.ts';
 import type { AlertQueue } from './queue.ts';
-import { type CommitChannel, type CommitResult, CommitUnsupported, RedisCommit } from './redis-commit.ts';
 import { route } from './route.ts';
 
 export type RouteOutcome = 'queued' | 'duplicate' | 'filtered' | 'suppressed' | 'error';
@@ -69,10 +68,7 @@ interface ChannelStage {
   run(step: ChannelStep): Promise<ChannelEnd | undefined> | ChannelEnd | undefined;
 }
 
-/**
- * The channel stages, in order. On Redis `admit` and `enqueue` of every channel run as
- * one script instead (deliverInOne, redis-commit.ts): the same rules, one round trip.
- */
+/** The channel stages, in order: the one place a channel's routing rules are applied. */
 const CHANNEL_STAGES: readonly ChannelStage[] = [
   {
     // enabled, resolve_messages, min_severity
@@ -119,12 +115,6 @@ class Waiting extends Error {
   }
 }
 
-/** A transition's delivery, planned: each channel's route, and for the routed ones the commit's part. */
-interface Plan {
-  routes: [ChannelEntry, string?][];
-  planned: CommitChannel[];
-}
-
 /** The outbox entry of a transition: delivered after the unit that decided it commits. */
 interface AlertEntry {
   kind: 'alert';
@@ -145,16 +135,12 @@ interface AlertEntry {
  *                             the incident; quiet window and rate limit for one new to it
  *   enqueue                   one job per (channel, transition), its id the transition's
  *   deliver (deliverer.ts)    in the worker: timeout, retries with backoff, delivery log
- * On Redis the delivery stages are one script (redis-commit.ts). Delivering an entry
- * twice is safe: the gate answers a transition it passed as it did, the job id refuses
- * a copy. notify() never waits for a channel.
+ * Delivering an entry twice is safe: the gate answers a transition it passed as it did,
+ * the job id refuses a copy. notify() never waits for a channel.
  */
 @injectable()
 export class Notifier {
   private readonly entries = new Map<string, ChannelEntry>();
-  /** Redis: the delivery stages in one script (redis-commit.ts); undefined: one by one. */
-  private readonly commit: RedisCommit | undefined;
-  private commitFailed = false;
   /** What delivering a transition gave each channel, for a notify() outside a unit to return. */
   private readonly outcomes = new Map<string, NotifyResult['channels']>();
 
@@ -169,8 +155,7 @@ export class Notifier {
     @inject(TOKENS.Units) private readonly units: Units,
   ) {
     for (const e of config.notifications.channels as ChannelEntry[]) this.entries.set(e.name, { ...e });
-    this.commit = RedisCommit.for(store, queue, logger);
-    units.handle('alert', (e, id, step) => this.deliver(e as unknown as AlertEntry, id, step));
+    units.handle('alert', (e) => this.deliver(e as unknown as AlertEntry));
   }
 
   channels(): ChannelEntry[] {
@@ -217,9 +202,7 @@ export class Notifier {
           alert: alertOf(t.incident, t.fired, now),
           episode: t.incident.opened_at,
         };
-        // On Redis the delivery rides in the unit's own commit (its jobs exist when it answers).
-        const lent = this.commit ? await this.lend(this.commit, entry) : undefined;
-        await this.units.emit(entry as unknown as OutboxEntry, lent?.step, lent?.plan);
+        await this.units.emit(entry as unknown as OutboxEntry);
       }
       return t;
     });
@@ -232,127 +215,20 @@ export class Notifier {
   }
 
   /**
-   * The delivery plan of a transition, lent to the unit that writes its outbox entry as
-   * a step of its commit; undefined when the commit cannot take it (it is then delivered
-   * after the commit, as the reconciler would).
+   * Delivers one outbox entry once the unit that wrote it committed: every channel's
+   * stages, unless a later transition of the incident was handed out already; after its
+   * predecessor only (Waiting otherwise: the reconciler hands them out oldest first).
    */
-  private async lend(commit: RedisCommit, e: AlertEntry): Promise<{ step: OutboxStep; plan: Plan } | undefined> {
-    const plan = this.plan(e);
-    try {
-      const step = await commit.step(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident, plan.planned);
-      return { step, plan };
-    } catch (err) {
-      // (preparing touches nothing: whatever fails here, the entry is delivered after the commit)
-      if (!(err instanceof CommitUnsupported))
-        this.logger.warn({ err: (err as Error).message }, 'notifier commit could not be planned; delivering after it');
-      return undefined;
+  private async deliver(e: AlertEntry): Promise<void> {
+    const handed = (await this.store.get<number>(keys.handed(e.alert.dedup_key))) ?? 0;
+    if (handed < e.alert.seq - 1) throw new Waiting(e.alert);
+    const channels = handed >= e.alert.seq ? [] : await this.fanOut(e.alert, e.episode);
+    if (channels.some((c) => c.outcome === 'error')) {
+      throw new Error(`alert ${e.alert.dedup_key} not queued for every channel`);
     }
-  }
-
-  /**
-   * Delivers one outbox entry (`id`): route, admit and enqueue for every channel, unless
-   * overtaken. 'done': the Redis script deleted the entry with the jobs it added. `step`:
-   * the unit's commit ran the delivery already (lend()); what it answered.
-   */
-  private async deliver(e: AlertEntry, id: string, step?: StepDone): Promise<'done' | undefined> {
-    let channels: NotifyResult['channels'] | undefined;
-    let done: 'done' | undefined;
-    if (this.commit && step) {
-      const plan = step.lent as Plan;
-      try {
-        if (!step.ok) throw new CommitUnsupported(step.error);
-        const r = this.commit.answer(step.reply, plan.planned);
-        // Waiting: the previous transition's step may have failed in this same commit, and
-        // its delivery comes just before this one; the standalone commit below looks again.
-        if (r !== 'waiting') {
-          channels = await this.settle(e, plan, r);
-          done = 'done';
-        }
-      } catch (err) {
-        if (!(err instanceof CommitUnsupported)) throw err;
-        // The entry is in the outbox, its unit committed: delivered below as any other.
-        this.logger.warn({ err: err.message }, 'notifier commit inside the unit failed; delivering after it');
-      }
-    }
-    if (!channels && this.commit) {
-      try {
-        const plan = this.plan(e);
-        const r = await this.commit.run(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident, plan.planned, id);
-        channels = await this.settle(e, plan, r);
-        done = 'done';
-      } catch (err) {
-        if (!(err instanceof CommitUnsupported)) throw err;
-        // Nothing it wrote stands in the way: the stages below redo it (the gates answer as they did).
-        if (!this.commitFailed)
-          this.logger.warn({ err: err.message }, 'notifier commit failed; stage by stage instead');
-        this.commitFailed = true;
-      }
-    }
-    if (!channels) {
-      const handed = (await this.store.get<number>(keys.handed(e.alert.dedup_key))) ?? 0;
-      if (handed < e.alert.seq - 1) throw new Waiting(e.alert);
-      channels = handed >= e.alert.seq ? [] : await this.fanOut(e.alert, e.episode);
-      if (channels.some((c) => c.outcome === 'error')) {
-        throw new Error(`alert ${e.alert.dedup_key} not queued for every channel`);
-      }
-      await this.store.set(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident);
-    }
+    await this.store.set(keys.handed(e.alert.dedup_key), e.alert.seq, TTL.incident);
     if (this.outcomes.size > 1000) this.outcomes.clear();
     this.outcomes.set(`${e.alert.dedup_key}\n${e.alert.seq}`, channels);
-    return done;
-  }
-
-  /**
-   * The delivery stages with one round trip to Redis, planned here: route, the gate
-   * request and the job of each state a gate may answer. The commit script checks the
-   * incident has not moved on, runs every gate, adds the admitted jobs and deletes the
-   * outbox entry.
-   */
-  private plan(e: AlertEntry): Plan {
-    const alert = e.alert;
-    const routes: [ChannelEntry, string?][] = [];
-    const planned: CommitChannel[] = [];
-    for (const c of this.entries.values()) {
-      const r = route(c, alert);
-      routes.push([c, r.send ? undefined : r.reason]);
-      if (!r.send) continue;
-      // An escalation of an incident the channel was not told of goes out as its trigger.
-      const states: AlertState[] = alert.state === 'escalate' ? ['escalate', 'trigger'] : [alert.state];
-      planned.push({
-        admit: admitRequest(c, alert, e.episode),
-        jobs: states.map((state) => {
-          const a = state === alert.state ? alert : { ...alert, state };
-          return { id: jobIdFor(c.name, a), channel: c.name, alert: a };
-        }),
-      });
-    }
-    return { routes, planned };
-  }
-
-  /** What the commit of a plan gave each channel (suppressions are logged here). */
-  private async settle(e: AlertEntry, plan: Plan, channels: CommitResult): Promise<NotifyResult['channels']> {
-    const alert = e.alert;
-    if (channels === 'waiting') throw new Waiting(alert);
-    if (channels === 'handed') return [];
-    const { routes } = plan;
-    // The gates' answers are in the order of the routed channels.
-    let n = 0;
-    const gated = routes.map(([, filtered]) => (filtered === undefined ? channels[n++] : undefined));
-    return Promise.all(
-      routes.map(async ([c, filtered], i): Promise<NotifyResult['channels'][number]> => {
-        const g0 = gated[i];
-        if (!g0) return { name: c.name, outcome: 'filtered', reason: filtered };
-        if ('job' in g0) return { name: c.name, outcome: g0.duplicate ? 'duplicate' : 'queued', job_id: g0.job.id };
-        const g = admitted(g0.gate, c, alert);
-        if (g.ok || !g.log) return { name: c.name, outcome: 'filtered', reason: g.ok ? undefined : g.reason };
-        // The script deleted the outbox entry: a row that cannot be written is only logged.
-        const row = await this.suppress(c, alert, g.reason).catch((err) => {
-          this.logger.warn({ err: (err as Error).message, channel: c.name }, 'could not write the delivery log');
-          return { outcome: 'suppressed' as const, reason: g.reason };
-        });
-        return { name: c.name, ...row };
-      }),
-    );
   }
 
   /**

@@ -3,7 +3,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
-import type { Raw, StepReply, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
+import type { Raw, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
 import { packArgs, UNPACK_ARGV } from './packed-args.ts';
 import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
 import {
@@ -56,12 +56,11 @@ export function unstamped(b: Uint8Array): Uint8Array {
   return new Uint8Array(hasStamp(b) ? b.subarray(STAMP_BYTES) : b);
 }
 
-// Compare-and-set of a string value, as two Lua functions the notifier's commit script
-// (core/notifier/redis-commit.ts) shares: casCheck(key, expected, mustExist) answers nil
+// Compare-and-set of a string value, as two Lua functions: casCheck(key, expected, mustExist) answers nil
 // when the key holds `expected` ('' with mustExist '0' when it must be absent), else
 // {0, current} so the caller can retry without another GET; casWrite(key, next, op, ttl)
 // writes (op 'del' deletes; ttl ms, 0 for none).
-export const CAS_FNS = `
+const CAS_FNS = `
 local function casCheck(key, expected, mustExist)
   local cur = redis.call('GET', key)
   if mustExist == '0' then
@@ -107,11 +106,10 @@ if n < tonumber(ARGV[3]) then
 end
 return {0, n}`;
 
-// The notifier gate: admitRule (admit.ts) in one step, as a Lua function the commit
-// script shares (admitStep). KEYS = the marks hash, then the rate sets by severity rank
+// The notifier gate: admitRule (admit.ts) in one step (admitStep). KEYS = the marks hash, then the rate sets by severity rank
 // (0..n-1); ARGV = episode, seq, state, severity rank, now, quiet ms, mark ttl ms,
 // window ms, max, member. Returns {1, as} or {0, why, n}.
-export const ADMIT_FN = `
+const ADMIT_FN = `
 local function admitStep(KEYS, ARGV)
 local ep, seq, state, sev, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local m = redis.call('HMGET', KEYS[1], 'ep', 'seq', 'as', 'sev', 'tat')
@@ -175,15 +173,9 @@ return out`;
 // the value past its stamp, or the whole of an unstamped one): any that changed is a
 // conflict, answered with what the key holds now; then the writes in order (count, then
 // per write its op and key index and its arguments). Nothing is written unless
-// everything checks. An outbox write ('x') names its step's keys (first index, count)
-// and carries its arguments (count, then them): with a step function (`step`, the
-// Lua that defines it; unitStep) each entry's step runs once everything else is
-// written, the input ids included, under pcall, so a step that fails part-way leaves a
-// committed unit and its entry for the handler to deliver as usual. The reply: {1,
-// {entry ids}, {per entry 0 (no step), {1, reply} or {0, error}}}.
-function unitScript(step?: { lua: string; fn: string }): string {
-  return `${step ? `${step.lua}\nlocal STEP = ${step.fn}` : 'local STEP = nil'}
-${UNPACK_ARGV}
+// everything checks. An outbox write ('x') appends its entry to the outbox stream. The
+// reply: {1, {entry ids}}.
+const UNIT = `${UNPACK_ARGV}
 local MARK = '\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}'
 local STAMP = ${STAMP_BYTES}
 local a = 1
@@ -220,7 +212,7 @@ for i = 1, nr do
   end
 end
 if #bad > 0 then return {0, bad} end
-local ids, pending = {}, {}
+local ids = {}
 local nw = tonumber(nx())
 for i = 1, nw do
   local op = nx()
@@ -247,24 +239,11 @@ for i = 1, nw do
     redis.call('LTRIM', k, 0, cap - 1)
     if t > 0 then redis.call('PEXPIRE', k, t) end
   elseif op == 'x' then
-    local id = redis.call('XADD', k, '*', 'v', nx())
-    local k0, nk, na = tonumber(nx()), tonumber(nx()), tonumber(nx())
-    ids[#ids + 1] = id
-    pending[#ids] = nk + na > 0 and {id, k0, nk, a, na} or false
-    a = a + na
+    ids[#ids + 1] = redis.call('XADD', k, '*', 'v', nx())
   end
 end
 for i = 1, ni do redis.call('SET', KEYS[tonumber(ARGV[ins + i - 1])], '1', 'PX', ttl) end
-local steps = {}
-for i = 1, #ids do
-  local s = pending[i]
-  if s and STEP then
-    local ok, r = pcall(STEP, {unpack(KEYS, s[2], s[2] + s[3] - 1)}, {unpack(ARGV, s[4], s[4] + s[5] - 1)}, s[1])
-    if ok then steps[i] = {1, r} else steps[i] = {0, tostring(type(r) == 'table' and r.err or r)} end
-  else steps[i] = 0 end
-end
-return {1, ids, steps}`;
-}
+return {1, ids}`;
 
 /** The unit outbox's stream (one per namespace). */
 export const OUTBOX_KEY = 'outbox';
@@ -356,7 +335,7 @@ const GUARDED = [
 ] as const;
 
 /** The gate script's reply ({1, as} or {0, why, n}) as the store contract answers it. */
-export function admitReply([ok, why, n]: [number, string, number?]): AdmitResult {
+function admitReply([ok, why, n]: [number, string, number?]): AdmitResult {
   if (ok === 1) return { ok: true, as: why as AlertState };
   if (why === 'quiet') return { ok: false, why: 'quiet', last: n ?? 0 };
   if (why === 'rate') return { ok: false, why: 'rate', count: n ?? 0 };
@@ -382,9 +361,6 @@ export class RedisStore implements Store, UnitBackend {
   /** The stamp of each binary value handed to a unit, so its commit compares only that. */
   private readonly stampOf = new WeakMap<Uint8Array, Buffer>();
 
-  /** Outbox steps this store's commits can run (unitStep): name -> the commit command with it. */
-  private readonly steps = new Map<string, string>();
-
   /** The server this store talks to (a script touching other keys must run on the same one). */
   readonly url: string;
 
@@ -409,7 +385,7 @@ export class RedisStore implements Store, UnitBackend {
     client.defineCommand('vigilTrim', { numberOfKeys: 1, lua: TRIM });
     client.defineCommand('vigilPushCapped', { numberOfKeys: 1, lua: PUSH_CAPPED });
     client.defineCommand('vigilIncr', { numberOfKeys: 1, lua: INCR });
-    client.defineCommand('vigilUnit', { lua: unitScript() });
+    client.defineCommand('vigilUnit', { lua: UNIT });
     // Errors surface on the calls that fail; an unhandled 'error' event would crash the process.
     client.on('error', () => {});
     this.client = client as (Redis | Cluster) & Commands;
@@ -667,8 +643,6 @@ export class RedisStore implements Store, UnitBackend {
       return i;
     };
     const args: (string | number | Uint8Array)[] = [plan.inputs.length, plan.inputTtlMs];
-    // The commit script with the steps of one name (the first entry's); another's entries commit without theirs.
-    let script: string | undefined;
     for (const k of plan.inputs) args.push(ki(k));
     args.push(plan.reads.length);
     for (const [k, v] of plan.reads) {
@@ -708,23 +682,14 @@ export class RedisStore implements Store, UnitBackend {
         case 'lpush':
           args.push('l', ki(w.key), w.value, w.cap, w.ttlMs);
           break;
-        case 'outbox': {
+        case 'outbox':
           args.push('x', ki(OUTBOX_KEY), w.value);
-          const st = w.step;
-          const command = st && this.steps.get(st.name);
-          if (command && !script) script = command;
-          if (st && command && command === script) {
-            // (the step's keys go in as they are, after the unit's so far: the step spells them)
-            args.push(ks.length + 1, st.keys.length, st.args.length, ...st.args);
-            ks.push(...st.keys);
-          } else args.push(0, 0, 0);
           break;
-        }
       }
     }
     const client = this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown[]>>;
     // (the arguments go as one packed value: packed-args.ts)
-    const r = await client[`${script ?? 'vigilUnit'}Buffer`](ks.length, ...ks, packArgs(args));
+    const r = await client.vigilUnitBuffer(ks.length, ...ks, packArgs(args));
     const code = Number(r[0]);
     if (code === 2) {
       const present = r.slice(1).map((i) => plan.inputs[Number(i) - 1]);
@@ -766,24 +731,7 @@ export class RedisStore implements Store, UnitBackend {
       }
     }
     for (const k of plan.inputs) this.inputsSeen.set(this.k(k), true);
-    const ids = (r[1] as Buffer[]).map((x) => String(x));
-    if (!script) return { ok: true, outbox: ids };
-    const steps = (r[2] as (0 | [number, unknown])[]).map((x): StepReply | undefined =>
-      x === 0 ? undefined : x[0] === 1 ? { ok: true, reply: x[1] } : { ok: false, error: String(x[1]) },
-    );
-    return { ok: true, outbox: ids, steps };
-  }
-
-  /**
-   * A step an outbox entry may lend its unit's commit (core/unit.ts OutboxStep): `lua`
-   * defines the Lua function `fn(KEYS, ARGV, entry)` (entry: the outbox entry's id), run
-   * in the commit script after every write. Its reply comes back as Redis gives it with
-   * strings as Buffers. One commit runs the steps of one name.
-   */
-  unitStep(name: string, lua: string, fn: string): void {
-    const command = `vigilUnitStep${this.steps.size + 1}`;
-    this.client.defineCommand(command, { lua: unitScript({ lua, fn }) });
-    this.steps.set(name, command);
+    return { ok: true, outbox: (r[1] as Buffer[]).map((x) => String(x)) };
   }
 
   async outboxRead(limit: number, before?: number): Promise<{ id: string; value: string }[]> {
