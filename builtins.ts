@@ -14,10 +14,6 @@ import { autoCompactPlugin } from './modes/auto-compact/index.ts';
 import { autoLimitContextPlugin } from './modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from './modes/auto-recover/index.ts';
 import { warnPlugin } from './modes/warn/index.ts';
-import { opencodeInstaller } from './opencode/plugin/installer.ts';
-import { opencodeDbReader, opencodeExportReader } from './opencode/replay.ts';
-import { opencodeSensor } from './opencode/sensor.ts';
-import { LocalComputeSchema, WatchdogSchema } from './opencode/watchdog/options.ts';
 import { claudeCodeBridge } from './sensors/claude-code/bridge.ts';
 import { claudeCodeSensor } from './sensors/claude-code/descriptor.ts';
 import { claudeCodeInstaller } from './sensors/claude-code/installer.ts';
@@ -30,6 +26,10 @@ import { geminiBridge } from './sensors/gemini/bridge.ts';
 import { geminiSensor } from './sensors/gemini/descriptor.ts';
 import { geminiInstaller } from './sensors/gemini/installer.ts';
 import { geminiReader } from './sensors/gemini/replay.ts';
+import { opencodeSensor } from './sensors/opencode/descriptor.ts';
+import { opencodeInstaller } from './sensors/opencode/plugin/installer.ts';
+import { opencodeDbReader, opencodeExportReader } from './sensors/opencode/replay.ts';
+import { LocalComputeSchema, WatchdogSchema } from './watchdog/options.ts';
 
 // The composition root: the one list of what ships with Vigil. The kernel (core/)
 // knows none of these; it drives whatever is registered here or loaded from the

@@ -29,7 +29,7 @@ export const REDIS = [
   'test/redis-topologies.test.ts',
 ];
 export const E2E = ['test/**/*.e2e.test.ts', '**/*.browser.test.ts'];
-const ALL = ['{core,detectors,channels,modes,opencode,sensors,service,cli,test}/**/*.test.ts'];
+const ALL = ['{core,detectors,channels,modes,sensors,watchdog,service,cli,test}/**/*.test.ts'];
 
 export default defineConfig({
   // Import 'vigil' (and vigil/router, vigil/testing) from source, not from the build.

@@ -254,7 +254,7 @@ if (agentBin(AGENTS.opencode))
               "export const Noop = async () => ({ 'tool.execute.before': async () => {}, 'tool.execute.after': async () => {} });\n",
             );
           if (setup === 'down' || setup === 'up')
-            execFileSync(process.execPath, ['opencode/plugin/install.mjs', '--dest', plugins], { cwd: ROOT });
+            execFileSync(process.execPath, ['sensors/opencode/plugin/install.mjs', '--dest', plugins], { cwd: ROOT });
         },
         env: () => ({ VIGIL_URL: urlOf(setup), VIGIL_SENSOR_SECRET_FILE: secretFile }),
       });

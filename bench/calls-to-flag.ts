@@ -9,14 +9,14 @@
 // grep, todoread, bash cat, a failing test, an MCP snapshot), then more work. A run's
 // outputs differ only in volatile parts (timestamps, durations, a temp path), which the
 // sensor's normalisation removes; a poll's outputs differ in their content. The calls
-// are built as opencode 1.18 tool parts and converted by opencode/convert.ts, as the
+// are built as opencode 1.18 tool parts and converted by sensors/opencode/convert.ts, as the
 // plugin and the history readers do. Goals: median calls to flag <= 5, max <= 8, no
 // poll flagged.
 import { z } from 'zod';
 import type { ToolEvent } from '../core/wire.ts';
 import { LEVELS, Tracker } from '../detectors/no-progress/judge.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
-import { newLandedTracker, type OcToolPart, toolPartToEvent } from '../opencode/convert.ts';
+import { newLandedTracker, type OcToolPart, toolPartToEvent } from '../sensors/opencode/convert.ts';
 import { rng } from '../test/fixtures/calibration.ts';
 import { benchArgs } from './args.ts';
 

@@ -25,7 +25,7 @@ import {
   newHygieneState,
 } from '../detectors/session-hygiene/judge.ts';
 import { defaultHygieneOptions } from '../detectors/session-hygiene/options.ts';
-import { normalizeCall, sha256Hex } from '../opencode/normalize.ts';
+import { normalizeCall, sha256Hex } from '../sensors/shared/normalize.ts';
 import { generateCalibration, rng, toJsonl } from '../test/fixtures/calibration.ts';
 
 const quick = process.argv.includes('--quick');

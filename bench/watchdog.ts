@@ -20,11 +20,11 @@ import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
 import { loadConfig } from '../core/config.ts';
 import type { ReplayInput } from '../core/replay.ts';
-import { opencodeDbReader } from '../opencode/replay.ts';
-import { judgeSessions, type LoadedSession } from '../opencode/watchdog/collect.ts';
-import { collectFromDb, type DbCache, dbCachePath, readDbCache, writeDbCache } from '../opencode/watchdog/dbread.ts';
-import { runTick, watchdogKnobs } from '../opencode/watchdog/tick.ts';
+import { opencodeDbReader } from '../sensors/opencode/replay.ts';
 import { type ListedMessage, OcDb } from '../test/helpers/opencode-db.ts';
+import { judgeSessions, type LoadedSession } from '../watchdog/collect.ts';
+import { collectFromDb, type DbCache, dbCachePath, readDbCache, writeDbCache } from '../watchdog/dbread.ts';
+import { runTick, watchdogKnobs } from '../watchdog/tick.ts';
 import { benchArgs } from './args.ts';
 
 const quick = process.argv.includes('--quick');

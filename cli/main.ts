@@ -390,7 +390,7 @@ export function buildProgram(io: Io = defaultIo()): Command {
     .option('--config <path>', 'config overlay file (env VIGIL_CONFIG)')
     .action(async (raw) => {
       const a = parseArgs(z.strictObject({ config: ConfigArg }), raw, 'watchdog tick');
-      const { runTick } = await import('../opencode/watchdog/tick.ts');
+      const { runTick } = await import('../watchdog/tick.ts');
       const cfg = await loadConfigWithPlugins({ registry: createRegistry(), file: a.config, env });
       const r = await runTick({ config: cfg, logger: createLogger({ level: env.VIGIL_LOG_LEVEL ?? 'warn' }) });
       const line = `watchdog tick: ${r.status} servers=${r.servers} sessions=${r.sessions} flagged=${r.flagged} model_calls=${r.model_calls} service=${r.service}${r.alerted ? ' alerted' : ''}${r.error ? ` (${r.error})` : ''}\n`;

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { buildServer } from '../service/server.ts';
 import { generateCalibration, toJsonl } from '../test/fixtures/calibration.ts';
 import { tempDir, testVigil } from '../test/helpers/index.ts';

@@ -29,7 +29,7 @@ export const ToolSchema = z
   .max(64)
   .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
 
-/** sha256 hex of the normalised call (opencode/normalize.ts), never the arguments. */
+/** sha256 hex of the normalised call (sensors/shared/normalize.ts), never the arguments. */
 export const FingerprintSchema = z.string().regex(/^[0-9a-f]{64}$/, '64 lowercase hex chars (sha256)');
 
 /** Coarse target: a path or a command's first tokens. One line, bounded; may be empty (tools without a path). */
@@ -63,11 +63,11 @@ export const ToolEventSchema = z.strictObject({
   target: TargetSchema,
   /** bash: `metadata.exit` (null when aborted); 1 for any call that ended in `state.status: "error"`; 0 otherwise. */
   exit: ExitSchema.optional(),
-  /** A concrete change landed: see opencode/convert.ts for the narrow definition. */
+  /** A concrete change landed: see sensors/opencode/convert.ts for the narrow definition. */
   landed: z.boolean(),
   /**
    * sha256 of the call's normalised outcome (exit plus output with volatile parts
-   * removed: opencode/normalize.ts `resultFingerprint`), never the output. Optional: a
+   * removed: sensors/shared/normalize.ts `resultFingerprint`), never the output. Optional: a
    * sensor without it (an older plugin) is judged on the call alone.
    */
   result_fingerprint: FingerprintSchema.optional(),
@@ -142,7 +142,7 @@ export const AssistantEventSchema = z.strictObject({
   summary: z.boolean().optional(),
   /**
    * A step that made no tool call (and did not fail): sha256 of its visible text,
-   * normalised (opencode/normalize.ts `textFingerprint`), never the text. Absent for
+   * normalised (sensors/shared/normalize.ts `textFingerprint`), never the text. Absent for
    * steps with tool calls and steps that said nothing.
    */
   text_fingerprint: FingerprintSchema.optional(),

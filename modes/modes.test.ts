@@ -6,7 +6,7 @@ import type { Vigil } from '../core/vigil.ts';
 import type { ProgressEvent } from '../core/wire.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
 import type { NoProgressDetector } from '../detectors/no-progress/no-progress.detector.ts';
-import { sha256Hex } from '../opencode/normalize.ts';
+import { sha256Hex } from '../sensors/shared/normalize.ts';
 import {
   backends,
   behaviour,

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../core/clock.ts';
 import type { Vigil } from '../core/vigil.ts';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { flushPrefix, testPrefix, testVigil, withMemory, withRedis } from '../test/helpers/index.ts';
 import { buildServer } from './server.ts';
 

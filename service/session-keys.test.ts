@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../core/logger.ts';
 import { sessionKey, sessionKeyHeader } from '../core/session-key.ts';
 import type { Vigil } from '../core/vigil.ts';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { backends, flushPrefix, testPrefix, testVigil } from '../test/helpers/index.ts';
 import { type App, buildServer } from './server.ts';
 

@@ -8,7 +8,7 @@ import { FakeClock } from '../core/clock.ts';
 import { sessionKey } from '../core/session-key.ts';
 import type { Vigil } from '../core/vigil.ts';
 import { DirectiveAckSchema } from '../core/wire.ts';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { testVigil, withMemory } from '../test/helpers/index.ts';
 import { INGEST_ROUTES } from './auth.ts';
 import { type App, buildServer } from './server.ts';

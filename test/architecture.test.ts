@@ -76,7 +76,7 @@ describe('architecture', () => {
   });
 
   it('the kernel (core/) imports no plugin, no composition root, no service and nothing opencode-specific', () => {
-    const outward = /^(\.\.\/)+(detectors|modes|channels|opencode|sensors|service|cli|builtins|index)(\/|\.ts$)/;
+    const outward = /^(\.\.\/)+(detectors|modes|channels|sensors|watchdog|service|cli|builtins|index)(\/|\.ts$)/;
     const bad: string[] = [];
     for (const f of files('core')) {
       if (f.endsWith('.test.ts')) continue;
@@ -93,8 +93,8 @@ describe('architecture', () => {
       'detectors',
       'channels',
       'modes',
-      'opencode',
       'sensors',
+      'watchdog',
       'service',
       'cli',
       'bench',
@@ -117,7 +117,7 @@ describe('architecture', () => {
     const e2e = (f: string) => /\.e2e\.test\.ts$|\.browser\.test\.ts$/.test(f);
     const redisCases = /backends\(\)|withRedis|backend: 'redis'|new RedisStore/;
     const missing: string[] = [];
-    for (const dir of ['core', 'detectors', 'channels', 'modes', 'opencode', 'service', 'cli', 'test']) {
+    for (const dir of ['core', 'detectors', 'channels', 'modes', 'sensors', 'watchdog', 'service', 'cli', 'test']) {
       for (const f of files(dir, /\.test\.ts$/)) {
         if (e2e(f) || relative(ROOT, join(ROOT, f)) === 'test/architecture.test.ts') continue;
         if (redisCases.test(readFileSync(join(ROOT, f), 'utf8')) && !REDIS.includes(f)) missing.push(f);

@@ -9,10 +9,10 @@ import { describe, expect, it } from 'vitest';
 // - a plugin imports only core/, its own files and its kind's shared code (a file
 //   directly in detectors/ or modes/, channels/shared/, sensors/shared/): so no detector
 //   imports a sensor, no sensor a detector, no plugin another plugin;
-// - the plugins: detectors/<name>, modes/<name>, channels/<name>, sensors/<name>, and
-//   opencode/ (the opencode sensor, a sensor like sensors/<name>);
-// - opencode/watchdog/ is a runner, not a plugin: like cli/ it composes sensors' readers,
-//   the judge and a channel, and may import them (but no plugin imports it).
+// - the plugins: detectors/<name>, modes/<name>, channels/<name>, sensors/<name> (the
+//   opencode sensor among them), each in the folder of its kind, with no exception;
+// - watchdog/ is a runner, not a plugin: like cli/ it composes sensors' readers, the
+//   judge and a channel, and may import them (but no plugin imports it).
 // Test files are not checked: a test may drive any code it likes.
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -25,11 +25,6 @@ type Edge = { from: string; spec: string; to?: string };
 function placeOf(path: string): { layer: 'core' | 'plugin' | 'shared' | 'other'; kind?: string; plugin?: string } {
   const [top, name, ...rest] = path.split('/');
   if (top === 'core') return { layer: 'core' };
-  if (top === 'opencode') {
-    return name === 'watchdog' && rest.length > 0
-      ? { layer: 'other' }
-      : { layer: 'plugin', kind: 'sensors', plugin: 'opencode' };
-  }
   if (!KINDS.includes(top) || name === undefined) return { layer: 'other' };
   if (rest.length === 0 || SHARED.has(`${top}/${name}`)) return { layer: 'shared', kind: top };
   return { layer: 'plugin', kind: top, plugin: `${top}/${name}` };
@@ -50,7 +45,7 @@ function broken(e: Edge, pkg: string): string | undefined {
   if (e.to === undefined) return undefined;
   const to = placeOf(e.to);
   if (to.layer === 'core') return undefined;
-  if (from.kind === 'detectors' && /^(sensors|opencode)\//.test(e.to)) return 'a detector imports a sensor';
+  if (from.kind === 'detectors' && /^(sensors|watchdog)\//.test(e.to)) return 'a detector imports a sensor';
   if (from.kind === 'sensors' && to.kind === 'detectors') return 'a sensor imports a detector';
   if (to.layer === 'plugin' && to.plugin !== from.plugin) return 'a plugin imports another plugin';
   if (to.layer === 'shared' && to.kind === from.kind) return undefined;
@@ -91,7 +86,7 @@ const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).name as
 describe('dependency rules', () => {
   it('the repository keeps them', () => {
     const sources: Record<string, string> = {};
-    for (const dir of ['core', ...KINDS, 'opencode']) {
+    for (const dir of ['core', ...KINDS]) {
       for (const f of files(dir)) sources[f] = readFileSync(join(ROOT, f), 'utf8');
     }
     const edges = edgesOf(sources);
@@ -106,9 +101,13 @@ describe('dependency rules', () => {
   it('places paths in their layers', () => {
     expect(placeOf('core/replay.ts')).toEqual({ layer: 'core' });
     expect(placeOf('detectors/no-progress/replay/inputs.ts')).toMatchObject({ plugin: 'detectors/no-progress' });
-    expect(placeOf('opencode/replay.ts')).toMatchObject({ layer: 'plugin', kind: 'sensors', plugin: 'opencode' });
-    expect(placeOf('opencode/plugin/src/core.ts')).toMatchObject({ plugin: 'opencode' });
-    expect(placeOf('opencode/watchdog/tick.ts')).toEqual({ layer: 'other' });
+    expect(placeOf('sensors/opencode/replay.ts')).toMatchObject({
+      layer: 'plugin',
+      kind: 'sensors',
+      plugin: 'sensors/opencode',
+    });
+    expect(placeOf('sensors/opencode/plugin/src/core.ts')).toMatchObject({ plugin: 'sensors/opencode' });
+    expect(placeOf('watchdog/tick.ts')).toEqual({ layer: 'other' });
     expect(placeOf('sensors/shared/landed.ts')).toEqual({ layer: 'shared', kind: 'sensors' });
     expect(placeOf('channels/shared/http.ts')).toEqual({ layer: 'shared', kind: 'channels' });
     expect(placeOf('modes/common.ts')).toEqual({ layer: 'shared', kind: 'modes' });
@@ -120,12 +119,12 @@ describe('dependency rules', () => {
   const graph = (from: string, spec: string) => edgesOf({ [from]: `import { x } from '${spec}';\n` });
   const rule = (from: string, spec: string) => violations(graph(from, spec), 'vigil');
   const cases: [string, string, string | null][] = [
-    // a detector importing a sensor (sensors/**, opencode/** including the watchdog)
-    ['detectors/no-progress/replay/inputs.ts', '../../../opencode/convert.ts', 'a detector imports a sensor'],
+    // a detector importing a sensor (sensors/**), or the watchdog
+    ['detectors/no-progress/replay/inputs.ts', '../../../sensors/opencode/convert.ts', 'a detector imports a sensor'],
     ['detectors/no-progress/replay/inputs.ts', '../../../sensors/codex/replay.ts', 'a detector imports a sensor'],
-    ['detectors/no-progress/fixtures/inputs.ts', '../../../opencode/normalize.ts', 'a detector imports a sensor'],
+    ['detectors/no-progress/fixtures/inputs.ts', '../../../sensors/shared/normalize.ts', 'a detector imports a sensor'],
     ['detectors/money/ledger.ts', '../../sensors/shared/normalize.ts', 'a detector imports a sensor'],
-    ['detectors/report.ts', '../opencode/watchdog/tick.ts', 'a detector imports a sensor'],
+    ['detectors/report.ts', '../watchdog/tick.ts', 'a detector imports a sensor'],
     ['detectors/no-progress/replay/inputs.ts', '../../../core/replay.ts', null],
     // a sensor importing a detector
     [
@@ -133,15 +132,15 @@ describe('dependency rules', () => {
       '../../detectors/no-progress/replay/inputs.ts',
       'a sensor imports a detector',
     ],
-    ['opencode/replay.ts', '../detectors/no-progress/judge.ts', 'a sensor imports a detector'],
+    ['sensors/opencode/replay.ts', '../../detectors/no-progress/judge.ts', 'a sensor imports a detector'],
     ['sensors/shared/landed.ts', '../../detectors/no-progress/knobs.ts', 'a sensor imports a detector'],
     ['sensors/claude-code/transcripts.ts', '../../core/replay.ts', null],
     ['sensors/codex/replay.ts', '../shared/landed.ts', null],
-    ['opencode/convert.ts', '../sensors/shared/landed.ts', null],
+    ['sensors/opencode/convert.ts', '../shared/landed.ts', null],
     // a plugin importing another plugin (any kind)
     ['sensors/codex/bridge.ts', '../claude-code/client.ts', 'a plugin imports another plugin'],
-    ['sensors/claude-code/map.ts', '../../opencode/convert.ts', 'a plugin imports another plugin'],
-    ['opencode/convert.ts', '../sensors/gemini/map.ts', 'a plugin imports another plugin'],
+    ['sensors/claude-code/map.ts', '../opencode/convert.ts', 'a plugin imports another plugin'],
+    ['sensors/opencode/convert.ts', '../gemini/map.ts', 'a plugin imports another plugin'],
     ['modes/warn/index.ts', '../auto-recover/index.ts', 'a plugin imports another plugin'],
     ['modes/warn/index.ts', '../../channels/desktop/index.ts', 'a plugin imports another plugin'],
     ['detectors/money/ledger.ts', '../no-progress/judge.ts', 'a plugin imports another plugin'],
@@ -150,11 +149,11 @@ describe('dependency rules', () => {
     ['modes/warn/index.ts', '../common.ts', null],
     ['channels/webhook/webhook.channel.ts', '../shared/http.ts', null],
     ['detectors/no-progress/replay/replay.ts', '../judge.ts', null],
-    ['opencode/plugin/src/core.ts', '../../convert.ts', null],
+    ['sensors/opencode/plugin/src/core.ts', '../../convert.ts', null],
     // nor anything above the plugins, nor another kind's shared code
     ['modes/warn/index.ts', '../../builtins.ts', 'a plugin imports outside core/ and its kind'],
     ['channels/desktop/index.ts', '../../cli/main.ts', 'a plugin imports outside core/ and its kind'],
-    ['opencode/replay.ts', './watchdog/collect.ts', 'a plugin imports outside core/ and its kind'],
+    ['sensors/opencode/replay.ts', '../../watchdog/collect.ts', 'a plugin imports outside core/ and its kind'],
     ['modes/warn/index.ts', '../../channels/shared/http.ts', 'a plugin imports outside core/ and its kind'],
     ['detectors/no-progress/index.ts', 'vigil', 'a plugin imports the package by its own name'],
     // the kernel
@@ -169,10 +168,10 @@ describe('dependency rules', () => {
     ['core/notifier/notifier.ts', '../store/store.ts', null],
     ['core/wire.ts', 'zod', null],
     // runners and entry points compose everything
-    ['opencode/watchdog/collect.ts', '../../detectors/no-progress/judge.ts', null],
-    ['opencode/watchdog/transcripts.ts', '../../sensors/codex/replay.ts', null],
+    ['watchdog/collect.ts', '../detectors/no-progress/judge.ts', null],
+    ['watchdog/transcripts.ts', '../sensors/codex/replay.ts', null],
     ['cli/replay.ts', '../builtins.ts', null],
-    ['builtins.ts', './opencode/replay.ts', null],
+    ['builtins.ts', './sensors/opencode/replay.ts', null],
   ];
 
   it.each(cases)('%s importing %s: %s', (from, spec, expected) => {

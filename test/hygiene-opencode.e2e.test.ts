@@ -90,7 +90,7 @@ beforeAll(async () => {
       logs = dirs.logs;
       execFileSync(
         process.execPath,
-        ['opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
+        ['sensors/opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
         {
           cwd: join(import.meta.dirname, '..'),
           encoding: 'utf8',

@@ -13,8 +13,8 @@ import { autoCompactPlugin } from '../modes/auto-compact/index.ts';
 import { autoLimitContextPlugin } from '../modes/auto-limit-context/index.ts';
 import { autoRecoverPlugin } from '../modes/auto-recover/index.ts';
 import { warnPlugin } from '../modes/warn/index.ts';
-import { LocalComputeSchema, WatchdogSchema } from '../opencode/watchdog/options.ts';
 import { buildServer } from '../service/server.ts';
+import { LocalComputeSchema, WatchdogSchema } from '../watchdog/options.ts';
 
 // Session hygiene is an ordinary plugin: a registry without it (the built-in list minus
 // one line) has no `hygiene` config section, no knobs, no routes, no readout fields,

@@ -2,8 +2,8 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
 import { ExternalVerdictSchema, GateQuerySchema, ProgressEventSchema, RequestRecordSchema } from '../core/wire.ts';
-import { HeartbeatSchema } from '../opencode/watchdog/wire.ts';
 import { type App, buildServer } from '../service/server.ts';
+import { HeartbeatSchema } from '../watchdog/wire.ts';
 import { testVigil } from './helpers/index.ts';
 
 // 10,000 generated malformed bodies per ingestion route: every one a 400 that names the

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ProgressEvent } from '../core/wire.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
-import { newLandedTracker, type OcMessageInfo, textOnlyStep, toolPartToEvent } from '../opencode/convert.ts';
+import { newLandedTracker, type OcMessageInfo, textOnlyStep, toolPartToEvent } from '../sensors/opencode/convert.ts';
 import { freePort, http, type Proc, sleep, startProc, stopProc, until } from './fixtures/opencode-e2e/procs.ts';
 import { cleanEnv, needsOpencode, type OpencodeLab, startOpencode } from './helpers/opencode.ts';
 
@@ -14,7 +14,7 @@ const HAVE_OPENCODE = needsOpencode(import.meta.filename);
 // The opencode plugin end to end, against the real opencode-ai 1.18.33 (the
 // devDependency's binary) and a scripted fake model (test/fixtures/opencode-e2e/, from
 // the shared lab), with `vigil serve` as the judge. The plugin is built and installed
-// by opencode/plugin/install.mjs into an isolated XDG config dir. Everything
+// by sensors/opencode/plugin/install.mjs into an isolated XDG config dir. Everything
 // binds to loopback; every process runs in its own process group and is stopped in
 // afterAll; the temp dir is removed (VIGIL_E2E_KEEP=1 keeps it: logs/ has the
 // plugin's debug log, the fake model's requests and every server's output).
@@ -214,7 +214,7 @@ beforeAll(async () => {
       // The plugin, built and installed the way an operator does it.
       const out = execFileSync(
         process.execPath,
-        ['opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
+        ['sensors/opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
         { cwd: ROOT, encoding: 'utf8' },
       );
       pluginVersion = /installed (vigil-opencode\/\S+)/.exec(out)?.[1] ?? '';

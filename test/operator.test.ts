@@ -16,7 +16,7 @@ import { MemoryQueue } from '../core/notifier/memory-queue.ts';
 import { renderLine, renderTitle } from '../core/render.ts';
 import { MemoryStore } from '../core/store/memory.ts';
 import { Vigil } from '../core/vigil.ts';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { startupReport } from '../service/serve.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { eventually, fakeNotifySend, tempDir, testVigil } from './helpers/index.ts';

@@ -115,7 +115,7 @@ describe('the npm package', () => {
     'npx vigil install opencode: the shipped plugin loads in the real opencode and reports to vigil serve',
     async () => {
       const cli = join(app, 'node_modules/vigil/bin/vigil.mjs');
-      const shipped = join(app, 'node_modules/vigil/dist/opencode/plugin/vigil.js');
+      const shipped = join(app, 'node_modules/vigil/dist/sensors/opencode/plugin/vigil.js');
       expect(existsSync(shipped)).toBe(true);
       const version = /^\/\/ vigil-opencode (\S+):/.exec(readFileSync(shipped, 'utf8'))?.[1];
       expect(version).toMatch(/^\d+\.\d+\.\d+\+[0-9a-f]{8}$/);

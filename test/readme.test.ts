@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../cli/main.ts';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { eventually, tempDir } from './helpers/index.ts';
 
 // The README's user paths, run verbatim: each marked code block is compared with the

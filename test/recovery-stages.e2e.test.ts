@@ -176,7 +176,7 @@ beforeAll(async () => {
     async beforeStart(dirs) {
       execFileSync(
         process.execPath,
-        ['opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
+        ['sensors/opencode/plugin/install.mjs', '--dest', join(dirs.xdg, 'config', 'opencode', 'plugin')],
         { cwd: ROOT, encoding: 'utf8' },
       );
       const port = await freePort();

@@ -4,7 +4,7 @@ import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Vigil } from '../core/vigil.ts';
 import { defaultKnobs } from '../detectors/no-progress/knobs.ts';
-import { normalizeCall } from '../opencode/normalize.ts';
+import { normalizeCall } from '../sensors/shared/normalize.ts';
 import { vigilGate } from '../service/router.ts';
 import { testVigil } from './helpers/index.ts';
 

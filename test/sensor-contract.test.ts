@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defineSensor, gapsOf } from '../core/sensor.ts';
 import type { Vigil } from '../core/vigil.ts';
-import { opencodeSensor } from '../opencode/sensor.ts';
 import { claudeCodeSensor } from '../sensors/claude-code/descriptor.ts';
+import { opencodeSensor } from '../sensors/opencode/descriptor.ts';
 import { type App, buildServer } from '../service/server.ts';
 import { testVigil } from './helpers/index.ts';
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { hookKey, loadSensorSecret, sensorSecretFile } from '../../core/session-key.ts';
 import { type Directive, ProgressEventSchema } from '../../core/wire.ts';
-import { newLandedTracker, toolPartToEvent } from '../../opencode/convert.ts';
+import { newLandedTracker, toolPartToEvent } from '../opencode/convert.ts';
 import { answer } from './answer.ts';
 import { claudeCodeInstaller, HOOK_EVENTS } from './installer.ts';
 import { type ToolPayload, ToolPayloadSchema, toolEvent } from './map.ts';

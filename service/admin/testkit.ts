@@ -1,6 +1,6 @@
 // Shared by the admin tests: small knobs that flag a loop within a few calls, and
 // progress events that repeat one fingerprint.
-import { normalizeCall } from '../../opencode/normalize.ts';
+import { normalizeCall } from '../../sensors/shared/normalize.ts';
 
 export const LOOP_KNOBS = {
   window: 10,

@@ -6,7 +6,7 @@ import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
 import { HOOK_KEY_HEADER, hookKey, loadSensorSecret } from '../../core/session-key.ts';
 import type { Vigil } from '../../core/vigil.ts';
-import { normalizeCall } from '../../opencode/normalize.ts';
+import { normalizeCall } from '../../sensors/shared/normalize.ts';
 import { testVigil } from '../../test/helpers/index.ts';
 import { vigilGate, vigilIngest } from '../router.ts';
 

@@ -11,8 +11,8 @@ import {
   RequestRecordSchema,
 } from '../../core/wire.ts';
 import { fastProgress, MAX_PROGRESS_BATCH } from '../../core/wire-fast.ts';
-import { blindAlert } from '../../opencode/watchdog/blind.ts';
-import { HeartbeatSchema } from '../../opencode/watchdog/wire.ts';
+import { blindAlert } from '../../watchdog/blind.ts';
+import { HeartbeatSchema } from '../../watchdog/wire.ts';
 import { SENSOR_ROUTE } from '../auth.ts';
 import { checkSessionKeys, namedSessions, withLiftedRoots } from '../session-keys.ts';
 

@@ -73,7 +73,7 @@ export const needsRedisServer = (suite: string): string | undefined =>
     hint: 'apt-get install -y redis-server',
   });
 
-/** The sqlite3 command, for the suites that read or write an opencode.db (opencode/sqlite.ts reads through it). */
+/** The sqlite3 command, for the suites that read or write an opencode.db (sensors/opencode/sqlite.ts reads through it). */
 export const needsSqlite3 = (suite: string): string | undefined =>
   needs({
     suite,

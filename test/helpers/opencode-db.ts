@@ -1,6 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { lit, sqliteCommand } from '../../opencode/sqlite.ts';
+import { lit, sqliteCommand } from '../../sensors/opencode/sqlite.ts';
 
 // A synthetic opencode.db with opencode 1.18.33's own definitions of the tables the
 // watchdog and replay read (copied from test/fixtures/opencode-export/opencode.db), in
