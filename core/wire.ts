@@ -5,8 +5,8 @@ import { z } from 'zod';
 // prompts or message text cannot ride along under a new name. Every string is
 // bounded and printable ASCII (no newlines), so a field cannot smuggle content.
 // Replay checks tool events, markers and request records with a hand-written copy of
-// these rules (core/wire-fast.ts, also the fast path of POST /progress): change both together; its
-// test compares them.
+// these rules (its fast reader, in the no-progress detector's replay): change both
+// together; its test compares them. The HTTP routes use these schemas alone.
 
 /** Session, call and request ids: printable ASCII without spaces (opencode `ses_...`, provider call ids). */
 export const IdSchema = z

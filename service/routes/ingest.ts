@@ -1,4 +1,4 @@
-import { type FastifyPluginAsyncZod, validatorCompiler } from 'fastify-type-provider-zod';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Transition } from '../../core/contracts.ts';
 import { AppError } from '../../core/errors.ts';
@@ -10,7 +10,6 @@ import {
   ProgressEventSchema,
   RequestRecordSchema,
 } from '../../core/wire.ts';
-import { fastProgress, MAX_PROGRESS_BATCH } from '../../core/wire-fast.ts';
 import { blindAlert } from '../../watchdog/blind.ts';
 import { HeartbeatSchema } from '../../watchdog/wire.ts';
 import { SENSOR_ROUTE } from '../auth.ts';
@@ -18,20 +17,8 @@ import { checkSessionKeys, namedSessions, withLiftedRoots } from '../session-key
 
 /** The plugin names itself and its version in this header, so /health can show stale installs. */
 export const PLUGIN_HEADER = 'x-vigil-plugin';
-const MAX_BATCH = MAX_PROGRESS_BATCH;
-
-/**
- * The /progress body's validator: plainly valid tool events and markers take the
- * hand-written copy of the schema's rules (a few hundred ns, where zod costs 4-5 us an
- * event); anything else goes through zod, which words the 400.
- */
-const progressValidator = (route: Parameters<typeof validatorCompiler>[0]) => {
-  const viaZod = validatorCompiler(route);
-  return (data: unknown) => {
-    const fast = fastProgress(data);
-    return fast ? { value: fast } : viaZod(data);
-  };
-};
+/** The most items one body of a sensor route may hold. */
+const MAX_BATCH = 500;
 
 const oneOrMany = <T extends z.ZodType>(s: T) => z.union([s, z.array(s).min(1).max(MAX_BATCH)]);
 
@@ -95,8 +82,6 @@ export const ingestRoutes =
             'Progress events from the opencode plugin (one or a batch); answers the pending directives of their trees',
           body: oneOrMany(ProgressEventSchema),
         },
-        // (fastify types the compiler by the route's whole schema object; it is called with each part's)
-        validatorCompiler: progressValidator as never,
       },
       async (req, reply) => {
         const events = Array.isArray(req.body) ? req.body : [req.body];

@@ -1,16 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { MarkerEventSchema, ProgressEventSchema, RequestRecordSchema, ToolEventSchema } from '../../../core/wire.ts';
-import {
-  fastInput,
-  fastProgress,
-  MARKER_KEYS,
-  MAX_PROGRESS_BATCH,
-  REQUEST_KEYS,
-  TOOL_KEYS,
-} from '../../../core/wire-fast.ts';
 import { generateCalibration, toJsonl } from '../../../test/fixtures/calibration.ts';
+import { fastInput, MARKER_KEYS, REQUEST_KEYS, TOOL_KEYS } from './fastline.ts';
 import { parseLine } from './inputs.ts';
 
 // The fast path must never accept what zod rejects, and must build what zod builds.
@@ -211,44 +203,5 @@ describe('replay fast path', () => {
       expect(fastInput(o)).toBeDefined();
       expect(parseLine(l, 'line')).toEqual(viaZod(o));
     }
-  });
-});
-
-// POST /progress takes the same fast path for its body (one event or a batch), in place
-// of the route's schema: it must accept only what that schema accepts and build the same.
-const progressBody = z.union([ProgressEventSchema, z.array(ProgressEventSchema).min(1).max(MAX_PROGRESS_BATCH)]);
-/** A record as a sensor posts it: no JSONL `type`, unless the edit put one back. */
-const posted = record.map((o) => {
-  const { type, ...rest } = o;
-  return type === 'progress' || type === 'request' ? rest : o;
-});
-
-describe('POST /progress fast path', () => {
-  it('accepts only bodies the route schema accepts, and builds exactly what it builds', () => {
-    let accepted = 0;
-    fc.assert(
-      fc.property(fc.oneof(posted, fc.array(posted, { maxLength: 6 })), (body) => {
-        const fast = fastProgress(body);
-        if (fast === undefined) return;
-        accepted++;
-        const slow = progressBody.safeParse(body);
-        expect(slow.success).toBe(true);
-        expect(fast).toEqual(slow.data);
-        const keysOf = (x: unknown) => (Array.isArray(x) ? x : [x]).map((e) => Object.keys(e as object));
-        expect(keysOf(fast)).toEqual(keysOf(slow.data));
-      }),
-      { numRuns: 10_000 },
-    );
-    expect(accepted).toBeGreaterThan(400);
-  });
-
-  it('leaves to zod a JSONL type key, an empty or oversized batch, and anything not an object', () => {
-    const { type: _t, ...plain } = tool;
-    expect(fastProgress(plain)).toBeDefined();
-    expect(fastProgress(tool)).toBeUndefined();
-    expect(fastProgress([])).toBeUndefined();
-    expect(fastProgress(Array.from({ length: MAX_PROGRESS_BATCH + 1 }, () => plain))).toBeUndefined();
-    expect(fastProgress(Array.from({ length: MAX_PROGRESS_BATCH }, () => plain))).toHaveLength(MAX_PROGRESS_BATCH);
-    for (const v of [null, 'x', 1, [[plain]], [plain, null]]) expect(fastProgress(v)).toBeUndefined();
   });
 });

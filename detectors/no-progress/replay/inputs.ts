@@ -12,7 +12,7 @@ import {
   zodIssue,
 } from '../../../core/replay.ts';
 import { ProgressEventSchema, RequestRecordSchema } from '../../../core/wire.ts';
-import { fastInput } from '../../../core/wire-fast.ts';
+import { fastInput } from './fastline.ts';
 
 // What `vigil replay INPUT` reads, as judge inputs in replay order. The replay's own
 // format is JSONL: one object per line, a progress event or a request record. The
@@ -112,7 +112,7 @@ export function parseLine(line: string, where: string): ReplayInput | InputIssue
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     return { where, field: '(json)', message: 'expected a JSON object' };
   }
-  // the common, plainly valid records skip zod (core/wire-fast.ts: the same checks, the same output)
+  // the common, plainly valid records skip zod (fastline.ts: the same checks, the same output)
   const fast = fastInput(raw as Record<string, unknown>);
   if (fast !== undefined) return fast;
   const { type, ...rest } = raw as Record<string, unknown>;
