@@ -24,7 +24,6 @@ export const mKeys = {
   open: (root: string) => `${NS}o:${root}`,
   openPrefix: `${NS}o:`,
   openCount: `${NS}n`,
-  legacyOpen: `${NS}open`,
   stretches: (day: string) => `${NS}l:${day}`,
   day: (day: string) => `${NS}d:${day}`,
   tree: (day: string, root: string) => `${NS}t:${day}:${root}`,

@@ -4,7 +4,7 @@ import type { UnitOutcome, UnitPlan } from '../../core/unit.ts';
 import type { Vigil } from '../../core/vigil.ts';
 import { LOOP_KNOBS, loopEvents } from '../../service/admin/testkit.ts';
 import { backends, flushPrefix, testPrefix, testVigil, withRedis } from '../../test/helpers/index.ts';
-import { F, mKeys, type OpenMap } from './keys.ts';
+import { mKeys, type OpenMap } from './keys.ts';
 import type { MoneyDetector } from './money.detector.ts';
 
 // The ledger and the budgets through the kernel, on both backends: stretches open when
@@ -318,41 +318,6 @@ describe.each(backends())('open stretches, tree by tree (%s)', (backend) => {
         expect(ks.filter((k) => !tree.has(k))).toEqual([]);
       }
       expect(opened).toBeGreaterThanOrEqual(2);
-    } finally {
-      await v.close();
-    }
-  });
-
-  it('an open stretch kept in the layout before (one key of all) is read, moved and closed as usual', async () => {
-    const { v, clock, money } = await vigilOn(backend);
-    try {
-      for (let i = 0; i < 4; i++) await treeTurn(v, clock, 'ses_m');
-      // As an install before this layout left it: the stretch in the one key, no tree key, no count.
-      const m = (await v.store.get<OpenMap>(mKeys.open('ses_m'))) ?? {};
-      expect(Object.keys(m)).toEqual(['ses_m']);
-      await v.store.set(mKeys.legacyOpen, m);
-      await v.store.del(mKeys.open('ses_m'));
-      await v.store.add(mKeys.openCount, { [F.open]: -1 });
-      // (the process starts again: it has not seen the old key gone)
-      (money as unknown as { legacyGone: boolean }).legacyGone = false;
-      expect(await money.health()).toMatchObject({ open_stretches: 1 });
-      expect((await money.ledger(0)).summary).toMatchObject({ open: 1 });
-      // The session lands a change: its stretch closes as recovered, from the moved entry.
-      await request(v, clock, 'ses_m');
-      await v.progress({
-        ...loopEvents('ses_m', 1)[0],
-        kind: 'tool' as const,
-        tool: 'edit',
-        fingerprint: 'e'.repeat(64),
-        target: 'src/a.ts',
-        landed: true,
-        ts: clock.now(),
-      });
-      const l = await money.ledger(0);
-      expect(l.stretches.map((x) => [x.session, x.outcome, x.calls])).toEqual([['ses_m', 'recovered', 5]]);
-      expect(await v.store.get(mKeys.legacyOpen)).toBeUndefined();
-      expect(await v.store.get(mKeys.open('ses_m'))).toBeUndefined();
-      expect(await money.health()).toMatchObject({ open_stretches: 0 });
     } finally {
       await v.close();
     }

@@ -21,7 +21,7 @@ import type { Metrics } from '../../core/metrics.ts';
 import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import { afterCommit, onDiscard } from '../../core/unit.ts';
+import { onDiscard } from '../../core/unit.ts';
 import type { DirectiveSpec, ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
 import {
   amountShort,
@@ -123,8 +123,6 @@ export class MoneyDetector implements Detector {
   private liftPending: string | undefined;
   private lastDay: string | undefined;
   private lastIdleCheck = Number.NEGATIVE_INFINITY;
-  /** Whether this process saw (committed) that the layout before, one key of all open stretches, is gone. */
-  private legacyGone = false;
 
   private readonly c: ReturnType<typeof moneyMetrics>;
   private readonly views: MoneyViews;
@@ -353,7 +351,6 @@ export class MoneyDetector implements Detector {
   async onTree(ev: ModeEvent, tree: TreeState): Promise<readonly Transition[]> {
     const now = this.d.clock.now();
     const out = ev.type === 'resume' ? await this.resumeTree(tree.root, now) : [];
-    await this.migrate();
     // Only this tree's key: units of different trees never read each other's open stretches.
     const open = (await this.store.get<OpenMap>(mKeys.open(tree.root))) ?? {};
     const ids = new Set(Object.keys(open));
@@ -423,7 +420,6 @@ export class MoneyDetector implements Detector {
   ): Promise<void> {
     if (!closed.length && !opened.length && !drop.length) return;
     const k = this.d.knobs();
-    await this.migrate();
     const byRoot = new Map<string, { del: string[]; add: [string, OpenEntry][] }>();
     const of = (root: string) => {
       const c = byRoot.get(root) ?? { del: [], add: [] };
@@ -461,45 +457,9 @@ export class MoneyDetector implements Detector {
     }
   }
 
-  /** Every tree's open stretches (the o:<root> keys; the old one-key layout moved first). */
-  private async allOpen(): Promise<[id: string, e: OpenEntry][]> {
-    return openStretches(this.store, { roots: await this.migrate() });
-  }
-
-  /**
-   * The layout before (one key of every open stretch) is moved into its trees' keys, in
-   * the unit that first finds it: an upgraded install loses no open stretch. Once this
-   * process committed it absent, only the minute's idle check looks again (an instance
-   * not yet upgraded may still write it).
-   */
-  private async migrate(): Promise<string[]> {
-    if (this.legacyGone) return [];
-    const old = await this.store.get<OpenMap>(mKeys.legacyOpen);
-    const roots: string[] = [];
-    if (old) {
-      const byRoot = new Map<string, [string, OpenEntry][]>();
-      for (const [id, e] of Object.entries(old)) byRoot.set(e.root, [...(byRoot.get(e.root) ?? []), [id, e]]);
-      let added = 0;
-      for (const [root, list] of byRoot) {
-        roots.push(root);
-        added += await this.store.update<OpenMap, number>(mKeys.open(root), (cur) => {
-          const m: OpenMap = { ...(cur ?? {}) };
-          let n = 0;
-          for (const [id, e] of list) {
-            if (m[id]) continue;
-            m[id] = e;
-            n++;
-          }
-          return { value: m, result: n };
-        });
-      }
-      if (added) await this.store.add(mKeys.openCount, { [F.open]: added });
-      await this.store.del(mKeys.legacyOpen);
-    }
-    afterCommit(() => {
-      this.legacyGone = true;
-    });
-    return roots;
+  /** Every tree's open stretches (the o:<root> keys). */
+  private allOpen(): Promise<[id: string, e: OpenEntry][]> {
+    return openStretches(this.store);
   }
 
   private async record(x: Stretch, k: MoneyOptions): Promise<void> {
@@ -555,7 +515,6 @@ export class MoneyDetector implements Detector {
    * ended here (a tree past it closes its own at once), and the count is set right.
    */
   async closeIdle(now: number, k = this.d.knobs()): Promise<number> {
-    this.legacyGone = false;
     const open = await this.allOpen();
     // (read after the trees' keys: a unit that changed one since changed the count too, and
     // the commit refuses this one; a tree's first stretch opened during the scan is set
@@ -619,7 +578,6 @@ export class MoneyDetector implements Detector {
     // A tree's ceiling reads that tree's key only; an agent's or the total reads every tree's.
     let open: [string, OpenEntry][];
     if (scope.kind === 'tree') {
-      await this.migrate();
       open = Object.entries((await this.store.get<OpenMap>(mKeys.open(scope.id))) ?? {});
     } else open = await this.allOpen();
     const closed: Stretch[] = [];
@@ -762,21 +720,11 @@ export class MoneyDetector implements Detector {
       });
     }
     if (delta) await this.store.add(mKeys.openCount, { [F.open]: delta });
-    if (this.legacyGone) return;
-    const gone = new Set(ids);
-    await this.store.update<OpenMap, void>(mKeys.legacyOpen, (cur) => {
-      if (!cur) return { value: undefined, result: undefined };
-      const m: OpenMap = {};
-      for (const [id, e] of Object.entries(cur)) if (!gone.has(id)) m[id] = e;
-      return { value: m, result: undefined };
-    });
   }
 
-  /** Open stretches in all trees: the counter (and what the layout before still holds, until it is moved). */
+  /** Open stretches in all trees: the counter. */
   private async openCount(): Promise<number> {
-    const n = (await this.store.counts(mKeys.openCount, [F.open]))[F.open];
-    if (this.legacyGone) return n;
-    return n + Object.keys((await this.store.get<OpenMap>(mKeys.legacyOpen)) ?? {}).length;
+    return (await this.store.counts(mKeys.openCount, [F.open]))[F.open];
   }
 
   async health(): Promise<Record<string, unknown>> {

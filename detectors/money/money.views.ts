@@ -73,7 +73,7 @@ export class MoneyViews {
       }
     }
     const open: Stretch[] = [];
-    for (const [id] of await openStretches(this.store, { legacy: true })) {
+    for (const [id] of await openStretches(this.store)) {
       const st = await this.spendOf(id);
       const x = st && stretchOf(id, st, 'open', null);
       if (x && x.flagged_at >= from) open.push(x);
@@ -252,22 +252,11 @@ export class MoneyViews {
   }
 }
 
-/**
- * Every tree's open stretches, from the o:<root> keys (a scan of the keys under o:).
- * `roots`: trees whose key this unit wrote first (a scan sees committed keys only);
- * `legacy`: what the layout before (one key of all of them) still holds, not moved yet.
- */
-export async function openStretches(
-  store: Store,
-  o: { roots?: readonly string[]; legacy?: boolean } = {},
-): Promise<[id: string, e: OpenMap[string]][]> {
+/** Every tree's open stretches, from the o:<root> keys (a scan of the keys under o:). */
+export async function openStretches(store: Store): Promise<[id: string, e: OpenMap[string]][]> {
   const ks = new Set(await store.keys(mKeys.openPrefix));
-  for (const r of o.roots ?? []) ks.add(mKeys.open(r));
   const out = new Map<string, OpenMap[string]>();
   for (const key of ks) for (const [id, e] of Object.entries((await store.get<OpenMap>(key)) ?? {})) out.set(id, e);
-  if (o.legacy)
-    for (const [id, e] of Object.entries((await store.get<OpenMap>(mKeys.legacyOpen)) ?? {}))
-      if (!out.has(id)) out.set(id, e);
   return [...out];
 }
 
