@@ -1,10 +1,8 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type ProgressEvent, type ToolEvent, VerdictSchema } from '../../core/wire.ts';
 import { generateCalibration, rng } from '../../test/fixtures/calibration.ts';
-import { landing, replay as replayWith, request, sha256Hex, tool, turn as turnWith } from './fixtures/inputs.ts';
+import { landing, replay as replayWith, request, tool, turn as turnWith } from './fixtures/inputs.ts';
 import {
   ancestorsOf,
   applyRollUps,
@@ -368,43 +366,6 @@ describe('state encoding', () => {
     expect(encodeState(s).length).toBeLessThan(320);
     for (let i = 0; i < 100; i++) onProgress(s, tool('x', `c${i}`), k);
     expect(encodeState(s).length).toBeLessThan(3_000);
-  });
-
-  it('reads a state version 3 wrote (4-byte counters), and writes it a sixth smaller', () => {
-    // The same 150 calls that made the fixture, with the encoder of version 3.
-    const s = newSessionState(k);
-    for (let i = 0; i < 150; i++) {
-      const c = i % 7 === 0 ? 'bash sh check.sh' : `read src/f${i % 45}.ts`;
-      onProgress(
-        s,
-        {
-          kind: 'tool',
-          session_id: 's',
-          agent: 'build',
-          tool: c.split(' ')[0],
-          call_id: `c${i}`,
-          fingerprint: sha256Hex(c),
-          target: c.slice(5),
-          exit: i % 7 === 0 ? 1 : 0,
-          landed: i % 40 === 0,
-          ts: 1000 + i,
-        },
-        k,
-      );
-    }
-    const hex = readFileSync(join(import.meta.dirname, 'fixtures/state-v3.hex'), 'utf8').trim();
-    const v3 = new Uint8Array(Buffer.from(hex, 'hex'));
-    expect(v3[0]).toBe(3);
-    const back = decodeState(v3);
-    expect(verdictOf(back, k)).toEqual(verdictOf(s, k));
-    // what version 3 did not keep (cycles, the tree's rhythm) starts afresh: the rest is the same
-    const again = decodeState(encodeState(back));
-    expect(encodeState(again)).toEqual(encodeState(back));
-    const fresh = decodeState(encodeState(s));
-    for (const x of [again, fresh]) Object.assign(x, { per2: 0, per3: 0, per4: 0, ownGapMax: 0 });
-    expect(encodeState(again)).toEqual(encodeState(fresh));
-    expect(encodeState(back)[0]).toBe(5);
-    expect(encodeState(s).length).toBeLessThan(v3.length * 0.85);
   });
 
   it('keeps any text, ASCII or not, as UTF-8 (a lone surrogate as TextEncoder writes it)', () => {
@@ -930,25 +891,6 @@ describe('state encoding, version 2', () => {
     expect(back).toMatchObject({ runLen: 3, runNull: true, landRun: 2, landRepeats: 1, treeLandings: 1 });
     expect(encodeState(back)).toEqual(encodeState(s));
   });
-
-  it('still decodes a version 1 state (written before the runs), with them at zero', () => {
-    // encoded by version 1: agent build, parent root, 1 request, 5 reads and an edit
-    // landing on one fingerprint, a read after it
-    const v1 = Buffer.from(
-      'AQAAADwAAAAHAAAABAAAAAUNGNTrAAAAAwAAAAcAAAABAAAAAQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAD6AAAAAAAAAAJAAAAAwAAAAQAAAAAN3ohQQAFAAAAAAAAAAAAAAAAAAAAAAAAP4R64UeuFHtAj5AAAAAAAAAAAAAAAAAAAAAABWJ1aWxkAARyb290AARyZWFkAARhLnRz/////w0Y1Os3eiFBLd50Hd7S9/dht2+cIg3qcg0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HfX4dVh+MjhMIRxrow0Y1Os3eiFBRE11ug0Y1Os3eiFBTd50HQQNGNTrN3ohQQAAAAUAAAAAAAAABw3edB0w3tL392G3b5wAAAABAAAAAAAAAAICDepyMfX4dVh+MjhMAAAAAQAAAAAAAAAFARxrowQN3nQdAAAABAAAAAAAAAAHAARyZWFkAARhLnRzCAIN6nIAAAABAAAAAAAAAAL/////CQRNdboAAAABAAAAAAAAAAb/////DAEca6MAAAABAAAAAAAAAAX/////',
-      'base64',
-    );
-    const s = decodeState(new Uint8Array(v1));
-    expect(s).toMatchObject({ agent: 'build', parent: 'root', calls: 7, landed: 1, runLen: 0, landRun: 0 });
-    expect(verdictOf(s, k)).toMatchObject({
-      level: 'ok',
-      signals: { top_target: 'read a.ts', top_count: 5, session_repeat: 5, landed: 1, identical_run: 0 },
-    });
-    expect(encodeState(s)[0]).toBe(5);
-    // and goes on judging
-    onProgress(s, tool('v1', 'a.ts'), k);
-    expect(verdictOf(s, k).signals.identical_run).toBe(1);
-  });
 });
 
 /** One turn of the loop from the incident: a failing `sh check.sh`, then a read of one file. */
@@ -1064,20 +1006,5 @@ describe('state encoding, version 3', () => {
     expect(back).toMatchObject({ recoveries: 1, recoveredAt: 1_790_000_000_123 });
     expect(verdictOf(back, k)).toEqual(verdictOf(s, k));
     expect(encodeState(back)).toEqual(encodeState(s));
-  });
-
-  it('still decodes a version 2 state (written before recoveries), with none', () => {
-    // encoded by version 2: agent build, parent root, a read, 6 failing `sh check.sh`,
-    // an edit landing, 4 reads of a.ts
-    const v2 = Buffer.from(
-      'AgAAADwAAAAMAAAACQAAAAYg9lwoAAAAAwAAAAwAAAABAAAAAAAAAAAAAAAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAIAAAAAwAAAAMAAAAAZxtAkwAGAAYAAAAEAAAAAQAAAAgAAAAAAAAAAA0Y1Os3eiFBAAAAAFmn5/DQdnP2AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAECPoAAAAAAAAAAAAAAAAAAAAAAFYnVpbGQABHJvb3QABGJhc2gAC3NoIGNoZWNrLnNoAARiYXNoAAtzaCBjaGVjay5zaAAEcmVhZAAEYS50cwAEZWRpdAAEYS50cw0Y1Os3eiFBLd50HSD2XChnG0CTPKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJCD2XChnG0CTXKNYJFmn5/DQdnP2JE11ug0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HQ0Y1Os3eiFBTd50HQQNGNTrN3ohQQAAAAUAAAAAAAAADA3edB0MIPZcKGcbQJMAAAAGAAAABgAAAAcMo1gkGFmn5/DQdnP2AAAAAQAAAAAAAAAIBE11ugAMo1gkAAAABgAAAAYAAAAHAARiYXNoAAtzaCBjaGVjay5zaAQN3nQdAAAABQAAAAAAAAAMAARyZWFkAARhLnRzCARNdboAAAABAAAAAAAAAAj/////',
-      'base64',
-    );
-    const s = decodeState(new Uint8Array(v2));
-    expect(s).toMatchObject({ agent: 'build', parent: 'root', calls: 12, landed: 1, recoveries: 0, recoveredAt: 0 });
-    expect(verdictOf(s, k).signals).toMatchObject({ top_target: 'bash sh check.sh', top_count: 6, fail_streak: 6 });
-    expect(encodeState(s)[0]).toBe(5);
-    rebase(s, k, 7);
-    expect(decodeState(encodeState(s))).toMatchObject({ recoveries: 1, recoveredAt: 7 });
   });
 });

@@ -3,17 +3,13 @@ import { FP_SLOTS, FP_W, type LevelCode, RING_W, SessionState, TG_SLOTS, TG_W, U
 // ---------------------------------------------------------------------------
 // encode / decode (the Redis backend persists a session's state compactly)
 
-// 2: the identical run, the landed run and the tree landings (after the v1 scalars and
-// strings). Version 1 states (written before them) still decode, with those at zero.
-// 3: the recoveries (one word after the v2 words) and the latest recovery time (in the
-// fifth double, which versions 1 and 2 wrote as 0). Older states decode with none.
-// 4: counters (the scalars and the table words that are not hashes) as varints (LEB128):
-// most are small, so a full state is about a sixth smaller. Hashes stay 4 bytes.
-// 5: the run's result flag (a bit of the v2 flags word), the cycle streaks, the
-// monologue run and its text, the orchestrator's rhythm (after the v3 word), and, when
-// the session saw result fingerprints (a bit of the flags), each fingerprint slot's
-// result tag (2 bytes after its failure streak). Older states decode with none of them.
-const VERSION = 5;
+// Counters (the scalars and the table words that are not hashes) are varints (LEB128):
+// most are small. Hashes stay 4 bytes. A fingerprint slot's result tag (2 bytes after
+// its failure streak) is written when the session saw result fingerprints (a bit of the
+// flags). The first byte is the encoding's version, and only this version is read: a
+// new encoding takes a new version and a new store key prefix (keys.ts), so states
+// written before it are never decoded; they expire (7 days idle).
+export const VERSION = 5;
 const V2_U32 = 11;
 const V3_U32 = 1;
 /** v5 counters (varints) before the two text words */
@@ -139,11 +135,8 @@ export function encodeState(s: SessionState): Uint8Array {
 
 export function decodeState(bytes: Uint8Array): SessionState {
   const r = new Reader(bytes);
-  const version = r.u8();
-  if (version < 1 || version > VERSION) throw new Error(`unknown judge state version ${bytes[0]}`);
-  // Version 4 writes counters as varints; earlier versions as 4 bytes.
-  const vint = version >= 4;
-  const cnt = () => (vint ? r.uv() : r.u32());
+  if (r.u8() !== VERSION) throw new Error(`unknown judge state version ${bytes[0]}`);
+  const cnt = () => r.uv();
   const v: number[] = [];
   for (let i = 0; i < 22; i++) v.push(cnt());
   const s = new SessionState(v[0]);
@@ -160,29 +153,21 @@ export function decodeState(bytes: Uint8Array): SessionState {
   s.sawRequest = (flags & 1) !== 0;
   s.readOnly = (flags & 2) !== 0;
   s.topDirty = (flags & 4) !== 0;
-  if (version >= 2) {
-    const w: number[] = [];
-    for (let i = 0; i < V2_U32; i++) w.push(cnt());
-    [s.runLen, s.landRun, s.landSeq, s.landRepeats, s.treeLandings] = w;
-    [s.runHi, s.runLo, s.runExit, s.landHi, s.landLo] = w.slice(5, 10);
-    s.runNull = (w[10] & 1) !== 0;
-    s.landedNow = (w[10] & 2) !== 0;
-    s.runRes = (w[10] & 4) !== 0;
-  }
-  if (version >= 3) s.recoveries = cnt();
-  const tags = version >= 5 && (flags & 16) !== 0;
+  const w: number[] = [];
+  for (let i = 0; i < V2_U32; i++) w.push(cnt());
+  [s.runLen, s.landRun, s.landSeq, s.landRepeats, s.treeLandings] = w;
+  [s.runHi, s.runLo, s.runExit, s.landHi, s.landLo] = w.slice(5, 10);
+  s.runNull = (w[10] & 1) !== 0;
+  s.landedNow = (w[10] & 2) !== 0;
+  s.runRes = (w[10] & 4) !== 0;
+  s.recoveries = cnt();
+  const tags = (flags & 16) !== 0;
   s.sawResult = tags;
-  if (version >= 5) {
-    const w: number[] = [];
-    for (let i = 0; i < V5_N; i++) w.push(r.uv());
-    [s.per2, s.per3, s.per4, s.monoRun, s.ownGapMax, s.childGapMax, s.callsAtLand, s.reqAtLand] = w;
-    s.monoHi = r.u32();
-    s.monoLo = r.u32();
-  } else {
-    // where the latest landing left the session's own calls and requests, at most
-    s.callsAtLand = Math.max(0, s.calls - s.toolsSince);
-    s.reqAtLand = Math.max(0, s.requests - s.reqSince);
-  }
+  const x: number[] = [];
+  for (let i = 0; i < V5_N; i++) x.push(r.uv());
+  [s.per2, s.per3, s.per4, s.monoRun, s.ownGapMax, s.childGapMax, s.callsAtLand, s.reqAtLand] = x;
+  s.monoHi = r.u32();
+  s.monoLo = r.u32();
   s.usdSince = r.f64();
   s.tokSince = r.f64();
   s.usdTotal = r.f64();
@@ -195,12 +180,10 @@ export function decodeState(bytes: Uint8Array): SessionState {
   s.topTarget = r.str();
   s.failTool = r.str();
   s.failTarget = r.str();
-  if (version >= 2) {
-    s.runTool = r.str();
-    s.runTarget = r.str();
-    s.landTool = r.str();
-    s.landTarget = r.str();
-  }
+  s.runTool = r.str();
+  s.runTarget = r.str();
+  s.landTool = r.str();
+  s.landTarget = r.str();
   for (let j = 0, n = s.len * RING_W; j < n; j++) s.buf[j] = r.u32();
   s.head = s.len === s.cap ? 0 : s.len;
   for (let j = 0; j < fpN; j++) {
