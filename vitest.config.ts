@@ -16,7 +16,6 @@ export const REDIS = [
   'core/binding.test.ts',
   'core/decoded.test.ts',
   'core/notifier/notifier.test.ts',
-  'core/store/packed-args.test.ts',
   'core/store/store.test.ts',
   'core/unit.test.ts',
   'detectors/behavior-breaker/breaker.test.ts',

@@ -4,7 +4,6 @@ import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
 import type { Raw, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
-import { packArgs, UNPACK_ARGV } from './packed-args.ts';
 import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
 import {
   type AdmitRequest,
@@ -165,8 +164,7 @@ for i = 2, #ARGV, 2 do out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[1], ARGV[
 if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return out`;
 
-// A unit of work's commit (core/unit.ts) in one step. ARGV (sent packed as one value,
-// packed-args.ts, and unpacked first): the input ids (count, ttl,
+// A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
 // then key indexes): any that exists makes the unit a repeat, answered with which ones;
 // the reads (count, then per read: key index, how to check, the value: '1' the whole
 // value, '0' absent, '2' only the stamp of a stamped value (the value is the stamp), '3'
@@ -175,7 +173,7 @@ return out`;
 // per write its op and key index and its arguments). Nothing is written unless
 // everything checks. An outbox write ('x') appends its entry to the outbox stream. The
 // reply: {1, {entry ids}}.
-const UNIT = `${UNPACK_ARGV}
+const UNIT = `
 local MARK = '\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}'
 local STAMP = ${STAMP_BYTES}
 local a = 1
@@ -688,8 +686,7 @@ export class RedisStore implements Store, UnitBackend {
       }
     }
     const client = this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown[]>>;
-    // (the arguments go as one packed value: packed-args.ts)
-    const r = await client.vigilUnitBuffer(ks.length, ...ks, packArgs(args));
+    const r = await client.vigilUnitBuffer(ks.length, ...ks, ...args);
     const code = Number(r[0]);
     if (code === 2) {
       const present = r.slice(1).map((i) => plan.inputs[Number(i) - 1]);
