@@ -76,8 +76,7 @@ class LiveRepo implements SessionRepo {
   async get(id: string) {
     return this.m.get(id);
   }
-  /** Synchronous: the in-process hot path needs no await. */
-  mutateNow(id: string, fn: (s: SessionState) => void): { s: SessionState; from: LevelCode } {
+  async mutate(id: string, fn: (s: SessionState) => void) {
     let s = this.m.get(id);
     if (s === undefined) {
       const k = this.knobs();
@@ -89,9 +88,6 @@ class LiveRepo implements SessionRepo {
     const from = s.level;
     fn(s);
     return { s, from };
-  }
-  async mutate(id: string, fn: (s: SessionState) => void) {
-    return this.mutateNow(id, fn);
   }
   async ids() {
     return [...this.m.keys()];
@@ -141,7 +137,7 @@ class StoreRepo implements SessionRepo {
 export class NoProgressDetector implements Detector {
   readonly type = TYPE;
   private readonly repo: SessionRepo;
-  /** Set on the memory backend: its synchronous path skips an await per event. */
+  /** Set on the memory backend (its states are live objects), to forget them. */
   private readonly live: LiveRepo | undefined;
   private readonly externals = new Lru<string, StoredVerdict | null>(50_000);
   private readonly series = new Lru<string, { turns: number[]; tokens: number[] }>(10_000);
@@ -246,37 +242,8 @@ export class NoProgressDetector implements Detector {
     return this.step(rec.session_id, s, apply, { type: 'request', record: rec }, k);
   }
 
-  /**
-   * Applies an input to its session and its roll-up to every ancestor. In-process this
-   * is synchronous and allocates nothing unless a level changed; the transitions (with
-   * their report) are built only then.
-   */
-  private step(
-    id: string,
-    s: SessionInfo,
-    apply: (st: SessionState) => void,
-    input: JudgeInput,
-    k: NoProgressKnobs,
-  ): readonly Transition[] | Promise<readonly Transition[]> {
-    const live = this.live;
-    if (!live) return this.stepStored(id, s, apply, input, k);
-    const { s: st, from } = live.mutateNow(id, apply);
-    let changed: [string, SessionState, LevelCode][] | undefined;
-    if (st.level !== from) changed = [[id, st, from]];
-    // What reaches the ancestors depends on the judged input (a repeat landing is not progress).
-    const r = s.ancestors.length ? rollUpOf(input, st) : null;
-    if (r !== null) {
-      for (const anc of s.ancestors) {
-        const x = live.mutateNow(anc, (a) => onRollup(a, r, k));
-        if (x.s.level === x.from) continue;
-        if (changed) changed.push([anc, x.s, x.from]);
-        else changed = [[anc, x.s, x.from]];
-      }
-    }
-    return changed ? this.transitions(changed, s.root, k) : NONE;
-  }
-
-  private async stepStored(
+  /** Applies an input to its session and its roll-up to every ancestor; the transitions (with their report) are built only when a level changed. */
+  private async step(
     id: string,
     s: SessionInfo,
     apply: (st: SessionState) => void,
