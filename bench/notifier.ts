@@ -1,21 +1,18 @@
-// The notifier against raw BullMQ, same run, same Redis (a redis-server of the bench's
-// own unless --url names one), a no-op channel, concurrency 1 (the default lane):
-//   latency   notify -> delivered beside BullMQ add -> processed, at --rate alerts/s
+// The notifier on Redis (a redis-server of the bench's own unless --url names one), a
+// no-op channel, concurrency 1 (the default lane), against its budget (at least 1,000
+// alerts/s sustained on one instance):
+//   latency   notify -> delivered at --rate alerts/s (p50, p99)
 //   capacity  the highest offered rate (a ladder of steps, --step-ms each, then
 //             bisections of the last gap; a step that misses runs once more) whose p99
-//             stays within 1 s, for both
+//             stays within 1 s
 //   cost      Redis server CPU and Node CPU per alert (INFO cpu and process.cpuUsage
 //             deltas over the latency run), and the commands Redis ran per alert
-// The two sides take turns: the latency run is --chunks chunks of each, alternating, and
-// the two capacity ladders climb step by step side by side, so a change in the shared
-// machine's speed (other tenants) falls on both sides of a ratio, not on one.
-// Each of --runs runs prints its ratios; the last lines give their range.
-//   npm run bench:notifier [-- --rate 500 --count 3000 --runs 3 --chunks 3]
+// --runs runs; the last line gives the range and the budget.
+//   npm run bench:notifier [-- --rate 500 --count 3000 --runs 3]
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
@@ -30,7 +27,6 @@ const args = benchArgs(
     rate: z.coerce.number().int().positive().default(500),
     count: z.coerce.number().int().positive().default(3000),
     runs: z.coerce.number().int().positive().default(3),
-    chunks: z.coerce.number().int().positive().default(3),
     'step-ms': z.coerce.number().int().positive().default(2000),
     capacity: z.enum(['on', 'off']).default('on'),
     url: z.string().optional(),
@@ -78,29 +74,6 @@ interface System {
   close(): Promise<void>;
 }
 type Make = (onDelivered: (key: string) => void) => Promise<System>;
-
-const rawBullmq: Make = async (onDelivered) => {
-  const prefix = `bench-raw-${randomUUID().slice(0, 8)}`;
-  const conn = new Redis(url, { maxRetriesPerRequest: null });
-  const q = new Queue('deliver-noop', { connection: new Redis(url), prefix });
-  const w = new Worker('deliver-noop', async (job) => onDelivered(job.data.key), {
-    connection: conn,
-    prefix,
-    concurrency: 1,
-  });
-  await w.waitUntilReady();
-  return {
-    fire(key) {
-      void q.add('deliver', { key }, { jobId: key, attempts: 2, removeOnComplete: { age: 86_400, count: 5000 } });
-    },
-    async close() {
-      await w.close();
-      await q.obliterate({ force: true });
-      await q.close();
-      conn.disconnect();
-    },
-  };
-};
 
 const vigilNotifier: Make = async (onDelivered) => {
   const prefix = `bench-vigil-${randomUUID().slice(0, 8)}`;
@@ -221,18 +194,6 @@ function summary(cs: Chunk[]): Step {
   };
 }
 
-/** The latency run: `count` alerts of each side at `rate`, in `n` chunks taken in turns. */
-async function interleaved(rate: number, count: number, n: number, tag: string): Promise<[Step, Step]> {
-  const per = Math.max(1, Math.round(count / n));
-  const r: Chunk[] = [];
-  const g: Chunk[] = [];
-  for (let i = 0; i < n; i++) {
-    r.push(await chunk(rawBullmq, rate, per, `r${tag}-${i}`));
-    g.push(await chunk(vigilNotifier, rate, per, `v${tag}-${i}`));
-  }
-  return [summary(r), summary(g)];
-}
-
 /**
  * Whether `rate` is sustained (p99 within 1 s). A step that misses is run once more: on
  * a shared 2-core machine one scheduling stall can push a single step's p99 past the
@@ -247,41 +208,26 @@ async function sustained(make: Make, rate: number, tag: string): Promise<Step | 
 }
 
 /**
- * The highest sustained rate of each side: a ladder x1.4 from 500/s up to the first rate
- * missed, then BISECTIONS halvings of the gap between the last rate held and that one
- * (0: not even the first step). The two ladders take turns, step by step, so both climb
- * through the same stretch of the machine's time.
+ * The highest sustained rate: a ladder x1.4 from 500/s up to the first rate missed,
+ * then BISECTIONS halvings of the gap between the last rate held and that one (0: not
+ * even the first step).
  */
 const BISECTIONS = 3;
-interface Ladder {
-  make: Make;
-  tag: string;
-  best: { rate: number; p99: number };
-  missed?: number;
-}
-async function capacities(run: number): Promise<[Ladder, Ladder]> {
-  const sides: [Ladder, Ladder] = [
-    { make: rawBullmq, tag: `rc${run}`, best: { rate: 0, p99: Number.NaN } },
-    { make: vigilNotifier, tag: `vc${run}`, best: { rate: 0, p99: Number.NaN } },
-  ];
-  for (let rate = 500; rate <= 40_000 && sides.some((l) => l.missed === undefined); rate = Math.round(rate * 1.4)) {
-    for (const l of sides) {
-      if (l.missed !== undefined) continue;
-      const s = await sustained(l.make, rate, l.tag);
-      if (s) l.best = { rate, p99: s.p99 };
-      else l.missed = rate;
-    }
+async function capacity(run: number): Promise<{ rate: number; p99: number }> {
+  let best = { rate: 0, p99: Number.NaN };
+  let missed: number | undefined;
+  for (let rate = 500; rate <= 40_000 && missed === undefined; rate = Math.round(rate * 1.4)) {
+    const s = await sustained(vigilNotifier, rate, `vc${run}`);
+    if (s) best = { rate, p99: s.p99 };
+    else missed = rate;
   }
-  for (let i = 0; i < BISECTIONS; i++) {
-    for (const l of sides) {
-      if (l.missed === undefined || l.best.rate === 0) continue;
-      const rate = Math.round((l.best.rate + l.missed) / 2);
-      const s = await sustained(l.make, rate, l.tag);
-      if (s) l.best = { rate, p99: s.p99 };
-      else l.missed = rate;
-    }
+  for (let i = 0; i < BISECTIONS && missed !== undefined && best.rate > 0; i++) {
+    const rate = Math.round((best.rate + missed) / 2);
+    const s = await sustained(vigilNotifier, rate, `vc${run}`);
+    if (s) best = { rate, p99: s.p99 };
+    else missed = rate;
   }
-  return sides;
+  return best;
 }
 
 const ms = (x: number) => `${x.toFixed(2).padStart(7)} ms`;
@@ -293,42 +239,24 @@ const top = (c: Map<string, number>) =>
     .join(', ');
 
 console.log(
-  `notifier bench: ${args.count} alerts at ${args.rate}/s per side (in ${args.chunks} chunks, the sides in turns), ${args.url ? `Redis ${args.url}` : 'a redis-server of its own'}, no-op channel, concurrency 1, ${args.runs} runs`,
+  `notifier bench: ${args.count} alerts at ${args.rate}/s, ${args.url ? `Redis ${args.url}` : 'a redis-server of its own'}, no-op channel, concurrency 1, ${args.runs} runs`,
 );
-const ratios: { p50: number; p99: number; cap: number }[] = [];
-/** Vigil's sustained alerts/s per run (the budget: at least 1,000 on one instance). */
 const held: number[] = [];
 for (let run = 1; run <= args.runs; run++) {
-  const [r, g] = await interleaved(args.rate, args.count, args.chunks, `${run}`);
+  const g = await step(vigilNotifier, args.rate, args.count, `v${run}`);
   console.log(`run ${run}`);
-  console.log(`  raw BullMQ add -> processed   p50 ${ms(r.p50)}   p99 ${ms(r.p99)}`);
-  console.log(`  vigil notify -> delivered     p50 ${ms(g.p50)}   p99 ${ms(g.p99)}`);
+  console.log(`  notify -> delivered   p50 ${ms(g.p50)}   p99 ${ms(g.p99)}`);
   console.log(
-    `  per alert: Redis CPU raw ${r.redisUs.toFixed(0)} us, vigil ${g.redisUs.toFixed(0)} us; Node CPU raw ${r.nodeUs.toFixed(0)} us, vigil ${g.nodeUs.toFixed(0)} us`,
+    `  per alert: Redis CPU ${g.redisUs.toFixed(0)} us, Node CPU ${g.nodeUs.toFixed(0)} us; commands: ${top(g.commands)}`,
   );
-  console.log(`  Redis commands per alert, raw: ${top(r.commands)}`);
-  console.log(`  Redis commands per alert, vigil: ${top(g.commands)}`);
-  const ratio = { p50: g.p50 / r.p50, p99: g.p99 / r.p99, cap: Number.NaN };
   if (args.capacity === 'on') {
-    const [rc, gc] = (await capacities(run)).map((l) => l.best);
-    ratio.cap = gc.rate / rc.rate;
-    held.push(gc.rate);
+    const c = await capacity(run);
+    held.push(c.rate);
     console.log(
-      `  sustained (p99 <= 1 s; ladders x1.4 from 500/s side by side, then ${BISECTIONS} bisections each; ${args['step-ms']} ms steps, a miss tried twice): raw ${rc.rate}/s (p99 ${rc.p99.toFixed(0)} ms), vigil ${gc.rate}/s (p99 ${gc.p99.toFixed(0)} ms)`,
+      `  sustained (p99 <= 1 s; a ladder x1.4 from 500/s, then ${BISECTIONS} bisections; ${args['step-ms']} ms steps, a miss tried twice): ${c.rate}/s (p99 ${c.p99.toFixed(0)} ms)`,
     );
   }
-  console.log(
-    `  ratio vigil / raw: p50 ${ratio.p50.toFixed(2)}x  p99 ${ratio.p99.toFixed(2)}x  capacity ${ratio.cap.toFixed(2)}x`,
-  );
-  ratios.push(ratio);
 }
-const range = (k: 'p50' | 'p99' | 'cap') => {
-  const xs = ratios.map((x) => x[k]);
-  return `${Math.min(...xs).toFixed(2)}-${Math.max(...xs).toFixed(2)}x`;
-};
-console.log(
-  `range over ${args.runs} runs, vigil / raw BullMQ (which keeps no incident, gate or outbox; shown, not a goal): p50 ${range('p50')}, p99 ${range('p99')}, capacity ${range('cap')}`,
-);
 if (held.length)
   console.log(
     `budget: the notifier sustains ${Math.min(...held)}-${Math.max(...held)} alerts/s on one instance with p99 <= 1 s (budget >= 1,000/s): ${Math.min(...held) >= 1_000 ? 'met' : 'NOT MET'}`,

@@ -1,9 +1,9 @@
 // `vigil serve` as shipped (its own process, default config and log level) under load,
-// each figure beside its baseline measured in the same run:
-// - POST /progress on the memory backend vs a bare fastify route with the same bodies;
+// against the speed budgets from real load (agents per service core and per Redis core
+// at one tool call every --calls-per-agent seconds, batches of 50 against single events):
+// - POST /progress on the memory backend and on Redis, single events;
 // - the same with each session's key (X-Vigil-Session-Key, as the plugin sends it) vs
 //   without, per backend;
-// - the same on Redis vs memory, and N instances on one Redis vs one;
 // - the gate's p99 while a channel hangs for 30 s vs a channel that answers at once
 //   (an embedding with such a channel, bench/service-server.ts).
 // - batches: the same events posted 10 and 50 to a request (the plugin's batch form),
@@ -13,9 +13,9 @@
 // - scale on paper: Redis server CPU per progress event (INFO cpu delta over the
 //   measured load; INFO commandstats says which commands), service CPU per event, and
 //   what one Redis core and one service core sustain at that cost (docs/development.md).
-// Load from autocannon in this process; with N instances the connections are spread
-// over them. Redis: a redis-server of the bench's own unless --redis names one.
-//   npm run bench:service [-- --backend memory|redis|both --instances 2 --duration 10 --connections 10]
+// Load from autocannon in this process. Redis: a redis-server of the bench's own unless
+// --redis names one.
+//   npm run bench:service [-- --backend memory|redis|both --duration 10 --connections 10 --rate 1000]
 import 'reflect-metadata';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -34,7 +34,6 @@ import { deleteKeys, ownRedis, track, vigilServe } from './serve.ts';
 const args = benchArgs(
   z.strictObject({
     backend: z.enum(['memory', 'redis', 'both']).default('both'),
-    instances: z.coerce.number().int().min(1).max(8).default(2),
     duration: z.coerce.number().int().positive().default(10),
     connections: z.coerce.number().int().positive().default(10),
     redis: z.url({ protocol: /^redis$/ }).optional(),
@@ -298,13 +297,10 @@ const out: string[] = [
   `service bench: vigil serve as shipped (server.rate_limit.max raised), ${args.connections} connections, ${args.duration} s each, node ${process.version}`,
 ];
 try {
-  const bare = await measure(async () => [await embedded('bare')], '/progress', ev);
-  out.push(line('bare fastify POST (same bodies)', bare));
   let mem: Load | undefined;
   if (args.backend !== 'redis') {
     mem = await measure(async () => [await vigilServe(memory)], '/progress', ev);
     out.push(line('vigil serve, memory: POST /progress', mem));
-    out.push(`  memory vs bare fastify: ${ratio(mem, bare)}   (a bare route judges nothing: shown, not a goal)`);
     if (args.batches === 'yes') {
       for (const b of [10, 50]) {
         const mb = await measure(async () => [await vigilServe(memory)], '/progress', batchOf(b), { batch: b });
@@ -324,7 +320,6 @@ try {
   if (args.backend !== 'memory') {
     const one = await measure(async () => [await vigilServe(redisConfig())], '/progress', ev, { redis: redisUrl });
     out.push(line('vigil serve, redis x1: POST /progress', one));
-    out.push(`  redis x1 vs bare fastify: ${ratio(one, bare)}`);
     if (args.conflicts === 'yes') out.push(await conflictRun(ev));
     if (mem) out.push(`  redis x1 vs memory: ${ratio(one, mem)}`);
     // Scale on paper: what limits N instances is the one Redis behind them.
@@ -381,19 +376,6 @@ try {
     });
     out.push(line('vigil serve, redis x1: with session keys', oneKeyed));
     out.push(`  redis x1, keys vs none: ${ratio(oneKeyed, one)}`);
-    if (args.instances > 1) {
-      const n = args.instances;
-      const many = await measure(
-        async () => {
-          const cfg = redisConfig();
-          return Promise.all(Array.from({ length: n }, () => vigilServe(cfg)));
-        },
-        '/progress',
-        ev,
-      );
-      out.push(line(`vigil serve, redis x${n} (one Redis)`, many));
-      out.push(`  redis x${n} vs x1: ${(many.rps / one.rps).toFixed(2)}x   (goal >= 1.7x for 2)`);
-    }
   }
   if (args.gate === 'yes') {
     const gateBody = (i: number) => JSON.stringify({ conversation: `ses_bench_${i % 200}`, model: 'fake/loop-model' });
