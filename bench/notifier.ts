@@ -133,11 +133,6 @@ interface Step {
 
 /** `count` alerts at `rate`/s through a fresh system; latency from fire to delivery. */
 async function step(make: Make, rate: number, count: number, tag: string): Promise<Step> {
-  return summary([await chunk(make, rate, count, tag)]);
-}
-
-/** What step() measures, as totals (chunks of one side are pooled by summary()). */
-async function chunk(make: Make, rate: number, count: number, tag: string): Promise<Chunk> {
   const started = new Map<string, number>();
   const lat: number[] = [];
   const sys = await make((key) => {
@@ -164,31 +159,11 @@ async function chunk(make: Make, rate: number, count: number, tag: string): Prom
   const calls = await commandCalls();
   const complete = lat.length >= count;
   await sys.close();
-  return { lat, count, redisUs, nodeUs: node.user + node.system, calls, complete };
-}
-
-/** One chunk's raw measurements (totals, not per alert). */
-interface Chunk {
-  lat: number[];
-  count: number;
-  redisUs: number;
-  nodeUs: number;
-  calls: Map<string, number>;
-  complete: boolean;
-}
-
-/** Chunks of one side pooled: latencies together, costs per alert over all of them. */
-function summary(cs: Chunk[]): Step {
-  const lat = cs.flatMap((c) => c.lat);
-  const count = cs.reduce((n, c) => n + c.count, 0);
-  const complete = cs.every((c) => c.complete);
-  const calls = new Map<string, number>();
-  for (const c of cs) for (const [k, n] of c.calls) calls.set(k, (calls.get(k) ?? 0) + n);
   return {
     p50: pct(lat, 50),
     p99: complete ? pct(lat, 99) : Number.POSITIVE_INFINITY,
-    redisUs: cs.reduce((n, c) => n + c.redisUs, 0) / count,
-    nodeUs: cs.reduce((n, c) => n + c.nodeUs, 0) / count,
+    redisUs: redisUs / count,
+    nodeUs: (node.user + node.system) / count,
     commands: new Map([...calls].map(([k, n]) => [k, n / count])),
     complete,
   };
@@ -197,7 +172,7 @@ function summary(cs: Chunk[]): Step {
 /**
  * Whether `rate` is sustained (p99 within 1 s). A step that misses is run once more: on
  * a shared 2-core machine one scheduling stall can push a single step's p99 past the
- * line, and that should not end the ladder for one side only.
+ * line, and that should not end the ladder.
  */
 async function sustained(make: Make, rate: number, tag: string): Promise<Step | undefined> {
   for (let t = 0; t < 2; t++) {

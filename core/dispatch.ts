@@ -37,34 +37,22 @@ const NONE: readonly Transition[] = Object.freeze([]);
 /** Transitions caused by transitions (a stall tripping a breaker) stop after this many per input. */
 const MAX_CASCADE = 1_000;
 
-const isPromise = <T>(v: T | Promise<T>): v is Promise<T> => typeof (v as { then?: unknown })?.then === 'function';
-type Judged = readonly Transition[] | Promise<readonly Transition[]>;
-
 /**
  * Every enabled detector judges the input, concurrently: each reads and writes only its
  * own state, so on Redis their reads overlap instead of adding up. The transitions come
  * back in detector order; the first failure is thrown once all have settled.
- * Synchronous all the way when every detector answers at once (the memory backend).
  */
-function collect(xs: readonly Driven[], judge: (d: Detector) => Judged): Judged {
-  let out: readonly Transition[] = NONE;
-  let waits: Judged[] | undefined;
-  for (const x of xs) {
-    if (!x.enabled()) continue;
-    const r = judge(x.detector);
-    if (waits) waits.push(r);
-    else if (isPromise(r)) waits = [r];
-    else if (r.length) out = out === NONE ? [...r] : [...out, ...r];
+async function collect(
+  xs: readonly Driven[],
+  judge: (d: Detector) => readonly Transition[] | Promise<readonly Transition[]>,
+): Promise<readonly Transition[]> {
+  const rs = await Promise.allSettled(xs.filter((x) => x.enabled()).map((x) => judge(x.detector)));
+  let all = NONE;
+  for (const r of rs) {
+    if (r.status === 'rejected') throw r.reason;
+    if (r.value.length) all = all === NONE ? [...r.value] : [...all, ...r.value];
   }
-  if (!waits) return out;
-  return Promise.allSettled(waits).then((rs) => {
-    let all = out;
-    for (const r of rs) {
-      if (r.status === 'rejected') throw r.reason;
-      if (r.value.length) all = all === NONE ? [...r.value] : [...all, ...r.value];
-    }
-    return all;
-  });
+  return all;
 }
 
 /** An input's id as the store keeps it for idempotency (shared by every instance). */
@@ -163,11 +151,14 @@ export class Dispatch {
   }
 
   private async progressOne(ev: ProgressEvent, origin: Origin): Promise<readonly Transition[]> {
-    let s = this.tree.enter({ id: ev.session_id, parent: ev.parent_session_id, agent: ev.agent, ts: ev.ts, origin });
-    if (isPromise(s)) s = await s;
-    const si = s;
-    let out = collect(this.on.progress, (d) => d.onProgress!(ev, si, origin));
-    if (isPromise(out)) out = await out;
+    const s = await this.tree.enter({
+      id: ev.session_id,
+      parent: ev.parent_session_id,
+      agent: ev.agent,
+      ts: ev.ts,
+      origin,
+    });
+    const out = await collect(this.on.progress, (d) => d.onProgress!(ev, s, origin));
     if (ev.kind === 'compaction_done') {
       await this.modeEvent(s.root, { type: 'compaction_done', session_id: ev.session_id, root_id: s.root });
     }
@@ -182,17 +173,14 @@ export class Dispatch {
       // (a request record keeps ids of its own: a history reader derives both a request
       // record and a model-step event from one assistant message, under its one id)
       const r = await this.units.run(async () => {
-        let s = this.tree.enter({
+        const s = await this.tree.enter({
           id: rec.session_id,
           parent: rec.parent_session_id,
           agent: rec.agent,
           model: rec.model,
           ts: rec.ts,
         });
-        if (isPromise(s)) s = await s;
-        const si = s;
-        let out = collect(this.on.request, (d) => d.onRequest!(rec, si));
-        if (isPromise(out)) out = await out;
+        const out = await collect(this.on.request, (d) => d.onRequest!(rec, s));
         return out.length ? this.handle(out) : NONE;
       }, [inputKey('r', rec.session_id, rec.request_id)]);
       if (r.repeat) continue;
