@@ -68,45 +68,11 @@ interface SessionRepo {
   ids(): Promise<string[]>;
 }
 
-/** In-process: live objects, least recently updated dropped past max_sessions. */
-class LiveRepo implements SessionRepo {
-  private readonly m = new Map<string, SessionState>();
-  private stamp = 0;
-  constructor(private readonly knobs: () => NoProgressKnobs) {}
-  async get(id: string) {
-    return this.m.get(id);
-  }
-  async mutate(id: string, fn: (s: SessionState) => void) {
-    let s = this.m.get(id);
-    if (s === undefined) {
-      const k = this.knobs();
-      if (this.m.size >= k.max_sessions) this.evict(k.max_sessions);
-      s = newSessionState(k);
-      this.m.set(id, s);
-    }
-    s.touched = ++this.stamp;
-    const from = s.level;
-    fn(s);
-    return { s, from };
-  }
-  async ids() {
-    return [...this.m.keys()];
-  }
-  drop(id: string): void {
-    this.m.delete(id);
-  }
-  /** Drops the least recently updated 1% (at least one): rare, so a sort is fine. */
-  private evict(max: number): void {
-    const n = Math.max(1, Math.floor(max / 100));
-    const cut = [...this.m.values()].map((s) => s.touched).sort((a, b) => a - b)[Math.min(n, this.m.size) - 1];
-    for (const [id, s] of this.m) if (s.touched <= cut) this.m.delete(id);
-  }
-}
-
 /**
- * Shared: compact bytes per session, written compare-and-set (retried on a conflict). In
- * a unit of work (every input) a session's state is decoded once, or handed over from
- * the unit that wrote it last, and encoded once before the unit commits (StoredStates).
+ * Compact bytes per session in the store (memory or Redis), written compare-and-set
+ * (retried on a conflict). In a unit of work (every input) a session's state is decoded
+ * once, or handed over from the unit that wrote it last, and encoded once before the
+ * unit commits (StoredStates).
  */
 class StoreRepo implements SessionRepo {
   private readonly states: StoredStates<SessionState>;
@@ -137,8 +103,6 @@ class StoreRepo implements SessionRepo {
 export class NoProgressDetector implements Detector {
   readonly type = TYPE;
   private readonly repo: SessionRepo;
-  /** Set on the memory backend (its states are live objects), to forget them. */
-  private readonly live: LiveRepo | undefined;
   private readonly externals = new Lru<string, StoredVerdict | null>(50_000);
   private readonly series = new Lru<string, { turns: number[]; tokens: number[] }>(10_000);
   /**
@@ -154,8 +118,7 @@ export class NoProgressDetector implements Detector {
     private readonly tree: SessionTree,
     readonly knobs: () => NoProgressKnobs,
   ) {
-    this.live = store.backend === 'memory' ? new LiveRepo(knobs) : undefined;
-    this.repo = this.live ?? new StoreRepo(store, knobs);
+    this.repo = new StoreRepo(store, knobs);
   }
 
   onProgress(ev: ProgressEvent, s: SessionInfo): readonly Transition[] | Promise<readonly Transition[]> {
@@ -397,7 +360,6 @@ export class NoProgressDetector implements Detector {
 
   async forget(ids: readonly string[]): Promise<void> {
     for (const id of ids) {
-      this.live?.drop(id);
       this.externals.delete(id);
       this.series.delete(id);
       this.agentLoops.delete(id);
