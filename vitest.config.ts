@@ -26,6 +26,7 @@ export const REDIS = [
   'service/routes/hooks.test.ts',
   'service/session-keys.test.ts',
   'test/redis-topologies.test.ts',
+  'test/unit-contract.test.ts',
 ];
 export const E2E = ['test/**/*.e2e.test.ts', '**/*.browser.test.ts'];
 const ALL = ['{core,detectors,channels,modes,sensors,watchdog,service,cli,test}/**/*.test.ts'];

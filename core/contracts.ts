@@ -204,6 +204,22 @@ type Out = readonly Transition[] | Promise<readonly Transition[]>;
  * each input caused (an empty array when nothing changed: most inputs). Every method
  * is optional: a detector implements what it listens to. The detectors of one input
  * run concurrently, so a detector reads and writes only its own state.
+ *
+ * The unit of work (core/unit.ts), the contract every input method is called under:
+ * - An input is judged inside a unit: every store read and write of every detector, the
+ *   mode and the notifier commits at once, or not at all.
+ * - A unit may be discarded and the input judged again from the start: when another
+ *   writer changed a key the unit read (a compare-and-set conflict; up to 20 times), or
+ *   when the store failed. So a method may run more than once for one input, and only
+ *   the committed run counts.
+ * - Store writes are safe: a discarded unit's are never written.
+ * - Anything else a detector does (an in-process cache, a counter or a metric, a log
+ *   line, an outside call) must not happen twice: do it after the commit
+ *   (`afterCommit(fn)`, skipped for a discarded unit), or undo it when the unit is
+ *   discarded (`onDiscard(fn)`, for a cache changed while judging). Outside a unit both
+ *   run at once and never, respectively.
+ * test/unit-contract.test.ts holds the built-in detectors to it: an input judged again
+ * after a conflict counts once in every readout, sparkline and metric.
  */
 export interface Detector {
   readonly type: string;

@@ -38,6 +38,7 @@ export { renderLine, renderTitle, truncate } from './render.ts';
 export type { Store } from './store/store.ts';
 export { TOKENS } from './tokens.ts';
 export type { SessionMeta, SessionTree } from './tree.ts';
+export { afterCommit, beforeCommit, inUnit, onDiscard } from './unit.ts';
 export { createKernel, type KernelOptions, Vigil } from './vigil.ts';
 export type {
   Directive,

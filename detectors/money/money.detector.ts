@@ -21,7 +21,7 @@ import type { Metrics } from '../../core/metrics.ts';
 import { keys } from '../../core/store/keys.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import { onDiscard } from '../../core/unit.ts';
+import { afterCommit, onDiscard } from '../../core/unit.ts';
 import type { DirectiveSpec, ProgressEvent, RequestRecord, ToolEvent } from '../../core/wire.ts';
 import {
   amountShort,
@@ -263,9 +263,12 @@ export class MoneyDetector implements Detector {
         : this.treeExemption(day, s.root, k),
     ]);
     // (prom-client hashes the labels on every inc: a zero one is skipped, its series exists from modelFields)
-    if (r.u) mf.metrics.usd.inc(r.u);
-    if (r.k) mf.metrics.tokens.inc(r.k);
-    if (r.c) mf.metrics.calls.inc(r.c);
+    // (metrics count once the unit commits: never for an attempt judged again)
+    afterCommit(() => {
+      if (r.u) mf.metrics.usd.inc(r.u);
+      if (r.k) mf.metrics.tokens.inc(r.k);
+      if (r.c) mf.metrics.calls.inc(r.c);
+    });
     if (!budgets) return NONE;
     const out: Transition[] = [];
     const list = standings(s.root, agent, dt, tt, k);
@@ -465,16 +468,18 @@ export class MoneyDetector implements Detector {
   private async record(x: Stretch, k: MoneyOptions): Promise<void> {
     const day = dayOf(x.closed_at ?? x.flagged_at, k.timezone);
     await this.store.pushCapped(mKeys.stretches(day), pack(x), k.max_stretches_per_day, k.retention);
-    this.d.logger.info(
-      { session: x.session, outcome: x.outcome, calls: x.calls, usd: x.usd, calls_to_flag: x.to_flag.calls },
-      `flagged stretch closed: ${x.outcome}`,
-    );
-    const labels = { model: x.model ?? 'unknown', outcome: x.outcome };
-    this.c.stretches.inc(labels);
-    this.c.loopUsd.inc(labels, x.usd);
-    this.c.loopUsdToFlag.inc(labels, x.to_flag.usd);
-    this.c.loopCalls.inc(labels, x.calls);
-    this.c.loopTokens.inc(labels, x.tokens);
+    afterCommit(() => {
+      this.d.logger.info(
+        { session: x.session, outcome: x.outcome, calls: x.calls, usd: x.usd, calls_to_flag: x.to_flag.calls },
+        `flagged stretch closed: ${x.outcome}`,
+      );
+      const labels = { model: x.model ?? 'unknown', outcome: x.outcome };
+      this.c.stretches.inc(labels);
+      this.c.loopUsd.inc(labels, x.usd);
+      this.c.loopUsdToFlag.inc(labels, x.to_flag.usd);
+      this.c.loopCalls.inc(labels, x.calls);
+      this.c.loopTokens.inc(labels, x.tokens);
+    });
   }
 
   /** Closes a session's open stretch (if it still has one) at the time `at` picks. */
@@ -568,7 +573,7 @@ export class MoneyDetector implements Detector {
     this.raisedAt.set(`${day}|${key}`, st.level);
     onDiscard(() => this.raisedAt.delete(`${day}|${key}`));
     if (was === null) return undefined;
-    this.c.budgetAlerts.inc({ scope: scope.kind, level: st.level });
+    afterCommit(() => this.c.budgetAlerts.inc({ scope: scope.kind, level: st.level }));
     // The refusal stops what it covers: their stretches end at it.
     if (st.level === 'over' && this.d.mode.acts()) await this.closeCovered(scope);
     return budgetTransition(scope, was, st.level, budgetLine(scope, st, day), day);

@@ -4,7 +4,7 @@ import { StoredStates } from '../../core/decoded.ts';
 import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import { onDiscard } from '../../core/unit.ts';
+import { afterCommit, onDiscard } from '../../core/unit.ts';
 import type { ExternalVerdict, ProgressEvent, RequestRecord, Verdict, VerdictLevel } from '../../core/wire.ts';
 import {
   decodeState,
@@ -401,17 +401,20 @@ export class NoProgressDetector implements Detector {
 
   /** An agent_loop marker: a nudge (counted once per id), or the run it stopped. */
   private noteAgentLoop(id: string, callId: string | undefined, stopped: boolean): void {
-    let a = this.agentLoops.get(id);
-    if (!a) {
-      a = { nudges: 0, stopped: false, ids: [] };
-      this.agentLoops.set(id, a);
-    }
-    if (callId !== undefined) {
-      if (a.ids.includes(callId)) return;
-      a.ids = [...a.ids, callId].slice(-32);
-    }
-    if (stopped) a.stopped = true;
-    else a.nudges++;
+    // (in-process: counted once its input's unit commits, never for a discarded attempt)
+    afterCommit(() => {
+      let a = this.agentLoops.get(id);
+      if (!a) {
+        a = { nudges: 0, stopped: false, ids: [] };
+        this.agentLoops.set(id, a);
+      }
+      if (callId !== undefined) {
+        if (a.ids.includes(callId)) return;
+        a.ids = [...a.ids, callId].slice(-32);
+      }
+      if (stopped) a.stopped = true;
+      else a.nudges++;
+    });
   }
 
   /**
@@ -419,17 +422,21 @@ export class NoProgressDetector implements Detector {
    * tokens), or per tool call for a session no router reports. In-process, bounded.
    */
   private sample(id: string, st: SessionState, tokens: number | undefined): void {
-    let ser = this.series.get(id);
-    if (!ser) {
-      ser = { turns: [], tokens: [] };
-      this.series.set(id, ser);
-    }
-    ser.turns.push(st.sawRequest ? st.reqSince : st.toolsSince);
-    if (ser.turns.length > SERIES) ser.turns.shift();
-    if (tokens !== undefined) {
-      ser.tokens.push(tokens);
-      if (ser.tokens.length > SERIES) ser.tokens.shift();
-    }
+    const turns = st.sawRequest ? st.reqSince : st.toolsSince;
+    // (in-process: kept once its input's unit commits, never for a discarded attempt)
+    afterCommit(() => {
+      let ser = this.series.get(id);
+      if (!ser) {
+        ser = { turns: [], tokens: [] };
+        this.series.set(id, ser);
+      }
+      ser.turns.push(turns);
+      if (ser.turns.length > SERIES) ser.turns.shift();
+      if (tokens !== undefined) {
+        ser.tokens.push(tokens);
+        if (ser.tokens.length > SERIES) ser.tokens.shift();
+      }
+    });
   }
 
   /** The incident report for a session (deterministic, no content); led by a worse external verdict. */
