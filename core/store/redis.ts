@@ -55,34 +55,21 @@ export function unstamped(b: Uint8Array): Uint8Array {
   return new Uint8Array(hasStamp(b) ? b.subarray(STAMP_BYTES) : b);
 }
 
-// Compare-and-set of a string value, as two Lua functions: casCheck(key, expected, mustExist) answers nil
-// when the key holds `expected` ('' with mustExist '0' when it must be absent), else
-// {0, current} so the caller can retry without another GET; casWrite(key, next, op, ttl)
-// writes (op 'del' deletes; ttl ms, 0 for none).
-const CAS_FNS = `
-local function casCheck(key, expected, mustExist)
-  local cur = redis.call('GET', key)
-  if mustExist == '0' then
-    if cur then return {0, cur} end
-  else
-    if not cur then return {0} end
-    if cur ~= expected then return {0, cur} end
-  end
-  return nil
+// Compare-and-set of a string value. KEYS[1]; ARGV[1] = expected, ARGV[2] = '0' when the
+// key must be absent, ARGV[3] = next, ARGV[4] = 'del' to delete, ARGV[5] = ttl ms (0 for
+// none). Answers {1}, or {0, current} ({0} when absent) so the caller can retry without
+// another GET.
+const CAS = `
+local cur = redis.call('GET', KEYS[1])
+if ARGV[2] == '0' then
+  if cur then return {0, cur} end
+else
+  if not cur then return {0} end
+  if cur ~= ARGV[1] then return {0, cur} end
 end
-local function casWrite(key, nextv, op, ttl)
-  if op == 'del' then redis.call('DEL', key) return end
-  if tonumber(ttl) > 0 then redis.call('SET', key, nextv, 'PX', ttl)
-  else redis.call('SET', key, nextv) end
-end
-`;
-
-// KEYS[1], ARGV[1] = expected, ARGV[2] = '0' when the key must be absent, ARGV[3] = next,
-// ARGV[4] = 'del' to delete, ARGV[5] = ttl ms.
-const CAS = `${CAS_FNS}
-local bad = casCheck(KEYS[1], ARGV[1], ARGV[2])
-if bad then return bad end
-casWrite(KEYS[1], ARGV[3], ARGV[4], ARGV[5])
+if ARGV[4] == 'del' then redis.call('DEL', KEYS[1])
+elseif tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
+else redis.call('SET', KEYS[1], ARGV[3]) end
 return {1}`;
 
 // Index trim: KEYS[1]; ARGV = keep, below. Pops the lowest members beyond `keep` that
@@ -105,11 +92,10 @@ if n < tonumber(ARGV[3]) then
 end
 return {0, n}`;
 
-// The notifier gate: admitRule (admit.ts) in one step (admitStep). KEYS = the marks hash, then the rate sets by severity rank
+// The notifier gate: admitRule (admit.ts) in one step. KEYS = the marks hash, then the rate sets by severity rank
 // (0..n-1); ARGV = episode, seq, state, severity rank, now, quiet ms, mark ttl ms,
 // window ms, max, member. Returns {1, as} or {0, why, n}.
-const ADMIT_FN = `
-local function admitStep(KEYS, ARGV)
+const ADMIT = `
 local ep, seq, state, sev, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local m = redis.call('HMGET', KEYS[1], 'ep', 'seq', 'as', 'sev', 'tat')
 local told = m[1] and m[2] and tonumber(m[1]) == ep
@@ -141,12 +127,7 @@ redis.call('PEXPIRE', KEYS[sev + 2], ARGV[8])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'ep', ARGV[1], 'seq', ARGV[2], 'as', 'trigger', 'sev', ARGV[4], 'tat', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
-return {1, 'trigger'}
-end
-`;
-
-const ADMIT = `${ADMIT_FN}
-return admitStep(KEYS, ARGV)`;
+return {1, 'trigger'}`;
 
 // Capped list push: KEYS[1]; ARGV = value, cap, ttl ms (0: keep the expiry). A script,
 // not MULTI, so it joins the client's automatic pipeline (one socket write per tick).
