@@ -1,7 +1,7 @@
 import type { AlertState } from '../alert.ts';
 
 // The notifier's per-channel gate as one pure rule. MemoryStore.admit runs it as is;
-// RedisStore.admit runs the same rule in a Lua script (redis.ts, ADMIT), so both
+// RedisStore.admit runs the same rule in a Lua script (lua/admit.lua), so both
 // backends answer alike: the store contract tests (store.test.ts) run the same cases
 // against each.
 //

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
@@ -55,174 +56,19 @@ export function unstamped(b: Uint8Array): Uint8Array {
   return new Uint8Array(hasStamp(b) ? b.subarray(STAMP_BYTES) : b);
 }
 
-// Compare-and-set of a string value. KEYS[1]; ARGV[1] = expected, ARGV[2] = '0' when the
-// key must be absent, ARGV[3] = next, ARGV[4] = 'del' to delete, ARGV[5] = ttl ms (0 for
-// none). Answers {1}, or {0, current} ({0} when absent) so the caller can retry without
-// another GET.
-const CAS = `
-local cur = redis.call('GET', KEYS[1])
-if ARGV[2] == '0' then
-  if cur then return {0, cur} end
-else
-  if not cur then return {0} end
-  if cur ~= ARGV[1] then return {0, cur} end
-end
-if ARGV[4] == 'del' then redis.call('DEL', KEYS[1])
-elseif tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
-else redis.call('SET', KEYS[1], ARGV[3]) end
-return {1}`;
-
-// Index trim: KEYS[1]; ARGV = keep, below. Pops the lowest members beyond `keep` that
-// score below `below`, atomically (two instances trimming at once forget each id once).
-const TRIM = `
-local n = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
-if n <= 0 then return {} end
-local out = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, n)
-for i = 1, #out, 1000 do redis.call('ZREM', KEYS[1], unpack(out, i, math.min(i + 999, #out))) end
-return out`;
-
-// Sliding-window counter on a sorted set: KEYS[1], ARGV = now, window ms, max, member.
-const HIT = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[2]))
-local n = redis.call('ZCARD', KEYS[1])
-if n < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, n + 1}
-end
-return {0, n}`;
-
-// The notifier gate: admitRule (admit.ts) in one step. KEYS = the marks hash, then the rate sets by severity rank
-// (0..n-1); ARGV = episode, seq, state, severity rank, now, quiet ms, mark ttl ms,
-// window ms, max, member. Returns {1, as} or {0, why, n}.
-const ADMIT = `
-local ep, seq, state, sev, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-local m = redis.call('HMGET', KEYS[1], 'ep', 'seq', 'as', 'sev', 'tat')
-local told = m[1] and m[2] and tonumber(m[1]) == ep
-if told and tonumber(m[2]) == seq then return {1, m[3] or state} end
-if told and seq < tonumber(m[2]) then return {0, 'stale'} end
-if state == 'resolve' then
-  if not told or m[3] == 'resolve' then return {0, 'untold'} end
-  redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'as', 'resolve')
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  return {1, 'resolve'}
-end
-if told and m[3] ~= 'resolve' then
-  local was = tonumber(m[4]) or sev
-  redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'as', state, 'sev', math.max(was, sev))
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  return {1, state}
-end
-if m[5] and now - tonumber(m[5]) < tonumber(ARGV[6]) and sev <= (tonumber(m[4]) or -1) then
-  return {0, 'quiet', tonumber(m[5])}
-end
-local n = 0
-for r = sev, #KEYS - 2 do
-  redis.call('ZREMRANGEBYSCORE', KEYS[r + 2], '-inf', now - tonumber(ARGV[8]))
-  n = n + redis.call('ZCARD', KEYS[r + 2])
-end
-if n >= tonumber(ARGV[9]) then return {0, 'rate', n} end
-redis.call('ZADD', KEYS[sev + 2], ARGV[5], ARGV[10])
-redis.call('PEXPIRE', KEYS[sev + 2], ARGV[8])
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'ep', ARGV[1], 'seq', ARGV[2], 'as', 'trigger', 'sev', ARGV[4], 'tat', ARGV[5])
-redis.call('PEXPIRE', KEYS[1], ARGV[7])
-return {1, 'trigger'}`;
-
-// Capped list push: KEYS[1]; ARGV = value, cap, ttl ms (0: keep the expiry). A script,
-// not MULTI, so it joins the client's automatic pipeline (one socket write per tick).
-const PUSH_CAPPED = `
-redis.call('LPUSH', KEYS[1], ARGV[1])
-redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-return 1`;
-
-// Counters: KEYS[1]; ARGV = ttl ms (0: keep the expiry), then field, delta pairs.
-// Returns the new values (as Redis prints them) in the order given.
-const INCR = `
-local out = {}
-for i = 2, #ARGV, 2 do out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1]) end
-if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-return out`;
-
-// A unit of work's commit (core/unit.ts) in one step. ARGV: the input ids (count, ttl,
-// then key indexes): any that exists makes the unit a repeat, answered with which ones;
-// the reads (count, then per read: key index, how to check, the value: '1' the whole
-// value, '0' absent, '2' only the stamp of a stamped value (the value is the stamp), '3'
-// the value past its stamp, or the whole of an unstamped one): any that changed is a
-// conflict, answered with what the key holds now; then the writes in order (count, then
-// per write its op and key index and its arguments). Nothing is written unless
-// everything checks. An outbox write ('x') appends its entry to the outbox stream. The
-// reply: {1, {entry ids}}.
-const UNIT = `
-local MARK = '\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}'
-local STAMP = ${STAMP_BYTES}
-local a = 1
-local function nx() local v = ARGV[a]; a = a + 1; return v end
-local ni = tonumber(nx())
-local ttl = nx()
-local ins = a
-local seen = {2}
-for i = 1, ni do
-  if redis.call('EXISTS', KEYS[tonumber(ARGV[ins + i - 1])]) == 1 then seen[#seen + 1] = i end
-end
-if #seen > 1 then return seen end
-a = a + ni
-local nr = tonumber(nx())
-local bad = {}
-for i = 1, nr do
-  local ki = tonumber(nx())
-  local present = nx()
-  local exp = nx()
-  local ok, cur = true, false
-  if present == '2' then
-    -- a stamped value: its stamp names the write, so the stamp alone is compared
-    if redis.call('GETRANGE', KEYS[ki], 0, #exp - 1) ~= exp then ok = false; cur = redis.call('GET', KEYS[ki]) end
-  else
-    cur = redis.call('GET', KEYS[ki])
-    if present == '0' then ok = not cur
-    elseif not cur then ok = false
-    elseif present == '3' and string.sub(cur, 1, #MARK) == MARK then ok = string.sub(cur, STAMP + 1) == exp
-    else ok = cur == exp end
-  end
-  if not ok then
-    if cur then bad[#bad + 1] = ki; bad[#bad + 1] = 1; bad[#bad + 1] = cur
-    else bad[#bad + 1] = ki; bad[#bad + 1] = 0; bad[#bad + 1] = '' end
-  end
-end
-if #bad > 0 then return {0, bad} end
-local ids = {}
-local nw = tonumber(nx())
-for i = 1, nw do
-  local op = nx()
-  local k = KEYS[tonumber(nx())]
-  if op == 's' then
-    local v = nx()
-    local t = tonumber(nx())
-    if t > 0 then redis.call('SET', k, v, 'PX', t) else redis.call('SET', k, v) end
-  elseif op == 'd' then
-    redis.call('DEL', k)
-  elseif op == 'h' then
-    local t = tonumber(nx())
-    local n = tonumber(nx())
-    for j = 1, n do redis.call('HINCRBYFLOAT', k, nx(), nx()) end
-    if t > 0 then redis.call('PEXPIRE', k, t) end
-  elseif op == 'z' then
-    local sc = nx()
-    redis.call('ZADD', k, 'GT', sc, nx())
-  elseif op == 'l' then
-    local v = nx()
-    local cap = tonumber(nx())
-    local t = tonumber(nx())
-    redis.call('LPUSH', k, v)
-    redis.call('LTRIM', k, 0, cap - 1)
-    if t > 0 then redis.call('PEXPIRE', k, t) end
-  elseif op == 'x' then
-    ids[#ids + 1] = redis.call('XADD', k, '*', 'v', nx())
-  end
-end
-for i = 1, ni do redis.call('SET', KEYS[tonumber(ARGV[ins + i - 1])], '1', 'PX', ttl) end
-return {1, ids}`;
+// The store's Lua scripts live beside it in lua/, one file each (the comment at the top
+// of each says its keys, arguments and reply). Read once when this module loads.
+const lua = (name: string) =>
+  readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
+    .replaceAll('__STAMP_MARK__', `\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}`)
+    .replaceAll('__STAMP_BYTES__', String(STAMP_BYTES));
+const CAS = lua('cas');
+const TRIM = lua('trim');
+const HIT = lua('hit');
+const ADMIT = lua('admit');
+const PUSH_CAPPED = lua('push-capped');
+const INCR = lua('incr');
+const UNIT = lua('unit');
 
 /** The unit outbox's stream (one per namespace). */
 export const OUTBOX_KEY = 'outbox';
