@@ -57,18 +57,18 @@ export function unstamped(b: Uint8Array): Uint8Array {
 }
 
 // The store's Lua scripts live beside it in lua/, one file each (the comment at the top
-// of each says its keys, arguments and reply). Read once when this module loads.
-const lua = (name: string) =>
+// of each says its keys, arguments and reply). Read once when their module loads.
+export const luaScript = (name: string) =>
   readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
     .replaceAll('__STAMP_MARK__', `\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}`)
     .replaceAll('__STAMP_BYTES__', String(STAMP_BYTES));
-const CAS = lua('cas');
-const TRIM = lua('trim');
-const HIT = lua('hit');
-const ADMIT = lua('admit');
-const PUSH_CAPPED = lua('push-capped');
-const INCR = lua('incr');
-const UNIT = lua('unit');
+const CAS = luaScript('cas');
+const TRIM = luaScript('trim');
+const HIT = luaScript('hit');
+const ADMIT = luaScript('admit');
+const PUSH_CAPPED = luaScript('push-capped');
+const INCR = luaScript('incr');
+const UNIT = luaScript('unit');
 
 /** The unit outbox's stream (one per namespace). */
 export const OUTBOX_KEY = 'outbox';
