@@ -2,7 +2,9 @@ import type { EventEmitter } from 'node:events';
 import type { Cluster, Redis } from 'ioredis';
 import type { AlertState, Severity } from '../alert.ts';
 import { keys } from '../store/keys.ts';
-import { luaScript, RedisStore, storeError } from '../store/redis.ts';
+import { RedisStore } from '../store/redis.ts';
+import { storeError } from '../store/redis-errors.ts';
+import { luaScript } from '../store/scripts.ts';
 import type { Store } from '../store/store.ts';
 import { UnitStore } from '../unit.ts';
 

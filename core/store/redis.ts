@@ -1,11 +1,12 @@
-import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { type AlertState, SEVERITIES } from '../alert.ts';
 import { AppError } from '../errors.ts';
 import { Lru } from '../lru.ts';
 import type { Raw, UnitBackend, UnitOutcome, UnitPlan } from '../unit.ts';
 import { checkPrefix, parseRedisUrl, primaries, redisClient } from './redis-connect.ts';
+import { storeError } from './redis-errors.ts';
+import { luaScript } from './scripts.ts';
+import { hasStamp, STAMP_BYTES, stamped, unstamped } from './stamps.ts';
 import {
   type AdmitRequest,
   type AdmitResult,
@@ -17,51 +18,6 @@ import {
 
 const EMPTY = Buffer.alloc(0);
 
-// Binary values (the judges' states, a few KB each) are stored behind a stamp: two marker
-// bytes and six random ones, new on every write. A unit's commit then checks that a key
-// still holds what the unit read by comparing the stamp (GETRANGE of 8 bytes) instead of
-// sending the whole value back to be compared (that was a third of the bytes a progress
-// event sent, and Redis's work to read and compare them). Readers strip the stamp;
-// values written before stamps (no marker) still read, and are compared whole. Strings
-// (JSON) are not stamped. Six random bytes: a stale stamp matching a newer write's is a
-// 2^-48 chance per write.
-export const STAMP_MARK = [0xff, 0xfe] as const;
-export const STAMP_BYTES = 8;
-const STAMP_POOL = 6 * 1024;
-let pool = Buffer.alloc(0);
-let poolAt = STAMP_POOL;
-
-/** The stored form of a binary value: a fresh stamp, then the value. */
-export function stamped(value: Uint8Array): Buffer {
-  if (poolAt + 6 > pool.length) {
-    pool = randomBytes(STAMP_POOL);
-    poolAt = 0;
-  }
-  const out = Buffer.allocUnsafe(STAMP_BYTES + value.length);
-  out[0] = STAMP_MARK[0];
-  out[1] = STAMP_MARK[1];
-  pool.copy(out, 2, poolAt, poolAt + 6);
-  poolAt += 6;
-  out.set(value, STAMP_BYTES);
-  return out;
-}
-
-/** Whether a stored binary value carries a stamp. */
-export function hasStamp(b: Uint8Array): boolean {
-  return b.length >= STAMP_BYTES && b[0] === STAMP_MARK[0] && b[1] === STAMP_MARK[1];
-}
-
-/** The value of a stored binary value, as a copy (a caller may decode views over it and change them). */
-export function unstamped(b: Uint8Array): Uint8Array {
-  return new Uint8Array(hasStamp(b) ? b.subarray(STAMP_BYTES) : b);
-}
-
-// The store's Lua scripts live beside it in lua/, one file each (the comment at the top
-// of each says its keys, arguments and reply). Read once when their module loads.
-export const luaScript = (name: string) =>
-  readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
-    .replaceAll('__STAMP_MARK__', `\\${STAMP_MARK[0]}\\${STAMP_MARK[1]}`)
-    .replaceAll('__STAMP_BYTES__', String(STAMP_BYTES));
 const CAS = luaScript('cas');
 const TRIM = luaScript('trim');
 const HIT = luaScript('hit');
@@ -105,33 +61,6 @@ export interface RedisStoreOptions {
   /** A command that has no answer by then fails (Redis down must not hang a request). */
   timeoutMs?: number;
   redisOptions?: RedisOptions;
-}
-
-// (the last line: a cluster between failover and settling, no Sentinel answering)
-const DOWN =
-  /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Stream isn't writeable|LOADING|READONLY|getaddrinfo|MaxRetriesPerRequest|CLUSTERDOWN|TRYAGAIN|slots cache|startup nodes|sentinels are unreachable/;
-
-/** Redis refusing the password or the user: it answers, so it is not "down". */
-const AUTH = /WRONGPASS|NOAUTH|invalid password|invalid username-password/;
-
-/**
- * A Redis that does not answer is a 503 for the caller (STORE_UNAVAILABLE), not a 500;
- * one that refuses the credentials is AUTH_FAILED (a configuration to fix).
- */
-export function storeError(e: unknown): unknown {
-  const err = e as Error;
-  if (err && AUTH.test(err.message ?? '')) {
-    const why = (err.message.match(AUTH)?.[0] ?? 'refused').toUpperCase();
-    return new AppError('AUTH_FAILED', `Redis refused the credentials (${why})`, { retryable: true, cause: e });
-  }
-  if (err && (err.name === 'MaxRetriesPerRequestError' || DOWN.test(err.message ?? ''))) {
-    const why = (err.message ?? 'error')
-      .split('\n')[0]
-      .replace(/redis:\/\/[^\s]*/g, 'redis://[REDACTED]')
-      .slice(0, 80);
-    return new AppError('STORE_UNAVAILABLE', `store unavailable (${why})`, { retryable: true, cause: e });
-  }
-  return e;
 }
 
 const GUARDED = [

@@ -3,7 +3,8 @@ import { backends, REDIS_URL, testPrefix } from '../../test/helpers/index.ts';
 import { FakeClock } from '../clock.ts';
 import type { Raw, UnitWrite } from '../unit.ts';
 import { MemoryStore } from './memory.ts';
-import { hasStamp, RedisStore, STAMP_BYTES } from './redis.ts';
+import { RedisStore } from './redis.ts';
+import { hasStamp, STAMP_BYTES } from './stamps.ts';
 import type { Store } from './store.ts';
 
 // One contract, two backends: the Redis run uses the real Redis on 127.0.0.1:6379
