@@ -1,5 +1,5 @@
 import { CommanderError } from 'commander';
-import type { z } from 'zod';
+import { z } from 'zod';
 
 // Every command validates its arguments with zod and names the bad one.
 export function parseArgs<T extends z.ZodType>(schema: T, raw: unknown, cmd: string): z.output<T> {
@@ -17,3 +17,5 @@ export function parseArgs<T extends z.ZodType>(schema: T, raw: unknown, cmd: str
   }
   return r.data;
 }
+
+export const Port = z.coerce.number({ error: 'a port number (0-65535)' }).int().min(0).max(65535);

@@ -8,13 +8,14 @@ import { duration } from '../core/duration.ts';
 import { isAppError } from '../core/errors.ts';
 import { createLogger } from '../core/logger.ts';
 import { VERSION } from '../core/paths.ts';
-import type { ChannelStatus } from '../core/vigil.ts';
 import { inspectConfig } from '../core/vigil.ts';
 import { createVigil } from '../index.ts';
-import { parseArgs } from './args.ts';
+import { Port, parseArgs } from './args.ts';
 import { completionScript } from './completion.ts';
-import { agentsText, installCommands, type SensorLive } from './install.ts';
-import { ago, call, cut, DEFAULT_URL, type Remote, table, when } from './remote.ts';
+import { installCommands } from './install.ts';
+import { relayCommand } from './relay.ts';
+import { call, channelLine, DEFAULT_URL, type Remote, sourceLine } from './remote.ts';
+import { statusCommands } from './status.ts';
 
 export interface Io {
   out: (s: string) => void;
@@ -25,7 +26,6 @@ export interface Io {
 }
 
 const ConfigArg = z.string().min(1).optional();
-const Port = z.coerce.number({ error: 'a port number (0-65535)' }).int().min(0).max(65535);
 const UrlArg = z.url({ protocol: /^https?$/, error: 'an http(s) URL of a running vigil serve' });
 
 /**
@@ -49,20 +49,6 @@ function serverLayers(flags: { host?: string; port?: number }, env: NodeJS.Proce
     layers.push({ source: 'flag', raw: { server: { ...flags } } });
   }
   return layers;
-}
-
-/** `modes.mode = auto_recover  (runtime; file: warn)` */
-function sourceLine(k: Explained): string {
-  const v = typeof k.value === 'string' ? k.value : JSON.stringify(k.value);
-  const below = Object.entries(k.overrides ?? {})
-    .map(([s, x]) => `${s}: ${typeof x === 'string' ? x : JSON.stringify(x)}`)
-    .join(', ');
-  return `${k.path} = ${v}  (${k.source}${below ? `; overrides ${below}` : ''})`;
-}
-
-function channelLine(c: Pick<ChannelStatus, 'name' | 'type' | 'enabled' | 'ready' | 'reason' | 'source'>): string {
-  const state = !c.enabled ? 'disabled' : c.ready ? 'ready' : `NOT READY: ${c.reason}`;
-  return `${c.name} (${c.type}, from ${c.source}): ${state}`;
 }
 
 function remoteOf(raw: { url?: string }, env: NodeJS.ProcessEnv, cmd: string): Remote {
@@ -94,82 +80,7 @@ export function buildProgram(io: Io = defaultIo()): Command {
       await serve({ configFile: a.config, extra: serverLayers({ host: a.host, port: a.port }, env) });
     });
 
-  program
-    .command('relay')
-    .description(
-      "the hook endpoint on this machine for a Vigil service elsewhere: the agents' hooks post here, the relay reduces each payload in memory and forwards the events",
-    )
-    .option(
-      '--to <url>',
-      'the Vigil service the events go to (http:// or https://; VIGIL_INGEST_TOKEN is sent when set)',
-    )
-    .option(
-      '--port <n>',
-      'the loopback port the hooks post to (default 7411: vigil install --url http://127.0.0.1:<n>)',
-    )
-    .option('--install', 'keep it running: a systemd user unit (Linux) or a launchd agent (macOS), started now')
-    .option('--no-start', 'with --install: write the unit, do not start it')
-    .option('--uninstall', 'stop the unit --install wrote and remove it')
-    .action(async (raw) => {
-      const a = parseArgs(
-        z
-          .strictObject({
-            to: z.url({ protocol: /^https?$/, error: 'an http:// or https:// URL' }).optional(),
-            port: Port.default(7411),
-            install: z.boolean().optional(),
-            start: z.boolean().default(true),
-            uninstall: z.boolean().optional(),
-          })
-          .refine((o) => !(o.install && o.uninstall), {
-            message: 'give --install or --uninstall, not both',
-            path: ['uninstall'],
-          })
-          .refine((o) => o.uninstall || o.to, { message: 'required: the service URL', path: ['to'] }),
-        raw,
-        'relay',
-      );
-      if (a.install || a.uninstall) {
-        const { relayUnit, installRelayUnit, uninstallRelayUnit } = await import('./relay-unit.ts');
-        const { PACKAGE_ROOT } = await import('../core/paths.ts');
-        const { join } = await import('node:path');
-        const home = env.HOME || (await import('node:os')).homedir();
-        const u = relayUnit({
-          to: a.to ?? 'http://127.0.0.1:7411',
-          port: a.port,
-          home,
-          env,
-          platform: process.platform,
-          node: process.execPath,
-          script: join(PACKAGE_ROOT, 'bin', 'vigil.mjs'),
-        });
-        if (!u) {
-          io.err(
-            `vigil relay: no service manager Vigil knows on ${process.platform}: run vigil relay --to URL yourself\n`,
-          );
-          throw new CommanderError(1, 'vigil.relay', 'no unit');
-        }
-        for (const line of a.install ? installRelayUnit(u, { start: a.start }) : uninstallRelayUnit(u))
-          io.out(`${line}\n`);
-        if (a.install)
-          io.out(`the hooks post to it when installed with: vigil install <agent> --url http://127.0.0.1:${a.port}\n`);
-        return;
-      }
-      const { startRelay } = await import('../service/relay.ts');
-      const relay = await startRelay({
-        to: a.to as string,
-        port: a.port,
-        bridges: createRegistry().hooks,
-        env,
-        version: VERSION,
-        logger: createLogger(),
-      });
-      const stop = async () => {
-        await relay.close();
-        process.exit(0);
-      };
-      process.once('SIGINT', () => void stop());
-      process.once('SIGTERM', () => void stop());
-    });
+  relayCommand(program, env, io);
 
   const config = program.command('config').description('configuration');
   config
@@ -242,40 +153,7 @@ export function buildProgram(io: Io = defaultIo()): Command {
       }
     });
 
-  program
-    .command('status')
-    .description('a running service at a glance: health, channels, sessions by verdict, open alerts, failed deliveries')
-    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
-    .action(async (raw) => {
-      const r = remoteOf(parseArgs(z.strictObject({ url: z.string().optional() }), raw, 'status'), env, 'status');
-      io.out(await statusText(r, env));
-    });
-
-  program
-    .command('sessions')
-    .description('the Sessions readout of a running service as a table, worst first')
-    .option('--url <url>', `the service (env VIGIL_URL; default ${DEFAULT_URL})`)
-    .option('--verdict <level>', 'only sessions at this verdict: ok, stalling or looping')
-    .option('--limit <n>', 'at most this many rows', '50')
-    .option('--json', 'the rows as JSON, one per line')
-    .action(async (raw) => {
-      const a = parseArgs(
-        z.strictObject({
-          url: z.string().optional(),
-          verdict: z.enum(['ok', 'stalling', 'looping']).optional(),
-          limit: z.coerce.number().int().min(1).max(10_000),
-          json: z.boolean().optional(),
-        }),
-        raw,
-        'sessions',
-      );
-      const rows = await call<Row[]>(remoteOf(a, env, 'sessions'), 'GET', '/sessions?limit=10000');
-      const shown = sortRows(rows)
-        .filter((x) => !a.verdict || x.verdict === a.verdict)
-        .slice(0, a.limit);
-      if (a.json) for (const x of shown) io.out(`${JSON.stringify(x)}\n`);
-      else io.out(sessionsTable(shown, rows.length));
-    });
+  statusCommands(program, env, io.out, remoteOf);
 
   program
     .command('report')
@@ -403,109 +281,6 @@ export function buildProgram(io: Io = defaultIo()): Command {
     });
 
   return program;
-}
-
-interface Row {
-  session: string;
-  agent: string | null;
-  root: string;
-  verdict: 'ok' | 'stalling' | 'looping';
-  stage: number;
-  reason: string;
-  last_event_at: string | null;
-  [k: string]: unknown;
-}
-
-const RANK = { looping: 0, stalling: 1, ok: 2 } as const;
-
-function sortRows(rows: Row[]): Row[] {
-  return [...rows].sort(
-    (a, b) =>
-      RANK[a.verdict] - RANK[b.verdict] || String(b.last_event_at ?? '').localeCompare(String(a.last_event_at ?? '')),
-  );
-}
-
-function sessionsTable(rows: Row[], total: number): string {
-  const num = (v: unknown, digits = 0) => (typeof v === 'number' ? v.toFixed(digits) : null);
-  const out = table(
-    ['SESSION', 'AGENT', 'VERDICT', 'STAGE', 'TURNS', 'USD', 'TOP REPEATED', 'LAST', 'REASON'],
-    rows.map((r) => [
-      cut(r.session, 32),
-      cut(r.agent, 20),
-      r.verdict,
-      r.stage || null,
-      num(r.turns_since_landed),
-      num(r.usd_since_landed, 2),
-      r.top_target ? `${cut(r.top_target, 30)} x${r.top_count}` : null,
-      ago(r.last_event_at),
-      cut(r.reason, 70),
-    ]),
-  );
-  return `${out}${rows.length < total ? `(${rows.length} of ${total} sessions)\n` : ''}`;
-}
-
-interface Health {
-  ok: boolean;
-  version: string;
-  backend: string;
-  redis: string;
-  mode: string;
-  queue_depth?: number | null;
-  channels: ChannelStatus[];
-  knobs: Explained[];
-  watchdog: { last_tick_at: string; age_s: number; result: { status: string } } | null;
-  sensors?: SensorLive[];
-}
-
-async function statusText(r: Remote, env: NodeJS.ProcessEnv): Promise<string> {
-  // A relay on this machine (vigil relay): say so, then show the service it forwards to.
-  const first = await call<Health | { relay: true; to: string; service: string }>(r, 'GET', '/health');
-  if ('relay' in first && first.relay) {
-    return `vigil relay at ${r.url}: forwarding the hooks' events to ${first.to} (${first.service})\n${await statusText({ ...r, url: first.to }, env)}`;
-  }
-  const h = first as Health;
-  const [rows, alerts, deliveries] = await Promise.all([
-    call<Row[]>(r, 'GET', '/sessions?limit=10000'),
-    call<{ dedup_key: string; severity: string; title: string; updated_at: number }[]>(r, 'GET', '/alerts'),
-    call<{ at: number; channel: string; outcome: string; reason?: string; title: string; test?: boolean }[]>(
-      r,
-      'GET',
-      '/deliveries?limit=200',
-    ),
-  ]);
-  let out = `vigil ${h.version} at ${r.url}: ${h.ok ? 'ok' : 'DEGRADED'} (backend ${h.backend}, redis ${h.redis}, mode ${h.mode}, queue ${h.queue_depth ?? '-'})\n`;
-  out += `watchdog: ${h.watchdog ? `${h.watchdog.result.status}, last tick ${ago(h.watchdog.last_tick_at)} ago` : 'never reported'}\n`;
-  out += `\nagents\n${await agentsText(installers, h.sensors ?? [], env, ago)}`;
-  out += '\nchannels\n';
-  for (const c of h.channels) {
-    const last = c.last_delivery ? `; last ${c.last_delivery.outcome} ${ago(c.last_delivery.at)} ago` : '';
-    out += `  ${channelLine(c)}${last}\n`;
-  }
-  if (!h.channels.length) out += '  (none: alerts go nowhere)\n';
-  if (h.knobs.length) {
-    out += '\nknobs not at their default\n';
-    for (const k of h.knobs) out += `  ${sourceLine(k)}\n`;
-  }
-  const n = (v: string) => rows.filter((x) => x.verdict === v).length;
-  out += `\nsessions: ${rows.length} (${n('looping')} looping, ${n('stalling')} stalling, ${n('ok')} ok)\n`;
-  const flagged = sortRows(rows).filter((x) => x.verdict !== 'ok');
-  if (flagged.length) out += sessionsTable(flagged.slice(0, 10), flagged.length).replace(/^/gm, '  ');
-  out += `\nopen alerts: ${alerts.length}\n`;
-  if (alerts.length) {
-    out += table(
-      ['SEVERITY', 'SINCE', 'INCIDENT', 'TITLE'],
-      alerts.slice(0, 10).map((a) => [a.severity, when(a.updated_at), cut(a.dedup_key, 40), cut(a.title, 60)]),
-    ).replace(/^/gm, '  ');
-  }
-  const failed = deliveries.filter((d) => d.outcome === 'failed').slice(0, 5);
-  out += `\nrecent failed deliveries: ${failed.length}\n`;
-  if (failed.length) {
-    out += table(
-      ['AT', 'CHANNEL', 'TITLE', 'REASON'],
-      failed.map((d) => [when(d.at), d.channel, cut(`${d.test ? '[test] ' : ''}${d.title}`, 40), cut(d.reason, 80)]),
-    ).replace(/^/gm, '  ');
-  }
-  return out;
 }
 
 function defaultIo(): Io {

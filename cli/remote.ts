@@ -1,5 +1,6 @@
-import { redactUrl } from '../core/config.ts';
+import { type Explained, redactUrl } from '../core/config.ts';
 import { AppError } from '../core/errors.ts';
+import type { ChannelStatus } from '../core/vigil.ts';
 
 // The commands that read a running service (`status`, `sessions`, `knobs`) talk to its
 // HTTP API like any client: the same routes the admin page uses.
@@ -81,4 +82,20 @@ export function ago(at: number | string | null | undefined, now = Date.now()): s
 export function cut(s: unknown, n: number): string {
   const t = s === null || s === undefined ? '' : String(s);
   return t.length > n ? `${t.slice(0, n - 3)}...` : t;
+}
+
+/** `modes.mode = auto_recover  (runtime; file: warn)` */
+export function sourceLine(k: Explained): string {
+  const v = typeof k.value === 'string' ? k.value : JSON.stringify(k.value);
+  const below = Object.entries(k.overrides ?? {})
+    .map(([s, x]) => `${s}: ${typeof x === 'string' ? x : JSON.stringify(x)}`)
+    .join(', ');
+  return `${k.path} = ${v}  (${k.source}${below ? `; overrides ${below}` : ''})`;
+}
+
+export function channelLine(
+  c: Pick<ChannelStatus, 'name' | 'type' | 'enabled' | 'ready' | 'reason' | 'source'>,
+): string {
+  const state = !c.enabled ? 'disabled' : c.ready ? 'ready' : `NOT READY: ${c.reason}`;
+  return `${c.name} (${c.type}, from ${c.source}): ${state}`;
 }
