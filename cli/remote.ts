@@ -1,5 +1,6 @@
-import { type Explained, redactUrl } from '../core/config.ts';
+import { type Explained } from '../core/config.ts';
 import { AppError } from '../core/errors.ts';
+import { redactUrl } from '../core/redact.ts';
 import type { ChannelStatus } from '../core/vigil.ts';
 
 // The commands that read a running service (`status`, `sessions`, `knobs`) talk to its

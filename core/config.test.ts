@@ -5,8 +5,10 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { createRegistry } from '../builtins.ts';
 import { tempDir } from '../test/helpers/index.ts';
-import { ConfigError, DEFAULT_CONFIG_PATH, displayConfig, loadConfig, rootSchema, validateConfig } from './config.ts';
+import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, validateConfig } from './config.ts';
+import { rootSchema } from './config-schema.ts';
 import type { ChannelPlugin } from './contracts.ts';
+import { displayConfig } from './redact.ts';
 
 function problems(fn: () => unknown): string[] {
   try {

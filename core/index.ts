@@ -4,7 +4,8 @@ import 'reflect-metadata';
 
 export type { Alert, AlertInput, AlertState, Severity } from './alert.ts';
 export { type Clock, FakeClock, systemClock } from './clock.ts';
-export { ConfigError, loadConfig, loadConfigWithPlugins, type VigilConfig } from './config.ts';
+export { ConfigError, loadConfig, loadConfigWithPlugins } from './config.ts';
+export type { VigilConfig } from './config-schema.ts';
 export type {
   AnyPlugin,
   Channel,

@@ -1,15 +1,6 @@
 import type { z } from 'zod';
-import {
-  type ChannelEntry,
-  ConfigError,
-  configLayers,
-  type Explained,
-  explain,
-  formatIssues,
-  knobSchemas,
-  mergeConfig,
-  type VigilConfig,
-} from './config.ts';
+import { ConfigError, configLayers, type Explained, explain, formatIssues, mergeConfig } from './config.ts';
+import { type ChannelEntry, knobSchemas, type VigilConfig } from './config-schema.ts';
 import { AppError } from './errors.ts';
 import type { Logger } from './logger.ts';
 import type { Registry } from './registry.ts';

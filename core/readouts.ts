@@ -1,6 +1,6 @@
 import { inject, injectable } from 'tsyringe';
 import type { Clock } from './clock.ts';
-import type { VigilConfig } from './config.ts';
+import type { VigilConfig } from './config-schema.ts';
 import type { Mode, SessionReadout, TreeState } from './contracts.ts';
 import { type Driven, RANK } from './dispatch.ts';
 import { gapLine, gapsOf, type SensorDescriptor, sensorNameOf } from './sensor.ts';

@@ -6,7 +6,6 @@ import type { AlertInput } from './alert.ts';
 import { SessionBindings } from './binding.ts';
 import { type Clock, systemClock } from './clock.ts';
 import {
-  type ChannelEntry,
   ConfigError,
   channelSources,
   configLayers,
@@ -15,10 +14,9 @@ import {
   formatIssues,
   type Layer,
   loadConfigWithPlugins,
-  redactUrl,
   type Source,
-  type VigilConfig,
 } from './config.ts';
+import { type ChannelEntry, type VigilConfig } from './config-schema.ts';
 import type { Channel, Detector, Mode, ModeInfo, Origin, Transition } from './contracts.ts';
 import { DirectiveQueue } from './directives.ts';
 import { Dispatch, type Driven } from './dispatch.ts';
@@ -36,6 +34,7 @@ import { MemoryQueue } from './notifier/memory-queue.ts';
 import { Notifier } from './notifier/notifier.ts';
 import type { AlertQueue } from './notifier/queue.ts';
 import { Readouts } from './readouts.ts';
+import { redactUrl } from './redact.ts';
 import type { Registry } from './registry.ts';
 import { gapLine, gapsOf, sensorNameOf } from './sensor.ts';
 import { keys } from './store/keys.ts';

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
-import type { Layer, VigilConfig } from '../core/config.ts';
+import type { Layer } from '../core/config.ts';
+import type { VigilConfig } from '../core/config-schema.ts';
 import { AppError } from '../core/errors.ts';
 import { createLogger, type Logger } from '../core/logger.ts';
 import { stateDir, VERSION } from '../core/paths.ts';

@@ -3,7 +3,7 @@ import { container as rootContainer } from 'tsyringe';
 import { DesktopOptionsSchema } from '../channels/desktop/desktop.options.ts';
 import { desktopPlugin } from '../channels/desktop/index.ts';
 import type { Alert } from '../core/alert.ts';
-import type { ChannelEntry, VigilConfig } from '../core/config.ts';
+import type { ChannelEntry, VigilConfig } from '../core/config-schema.ts';
 import { MAX_KEYED_SESSIONS, SESSION_KEY_HEADER, sessionKeyHeader } from '../core/session-key.ts';
 import { TOKENS } from '../core/tokens.ts';
 import type { SessionStatsEvent, VerdictLevel } from '../core/wire.ts';

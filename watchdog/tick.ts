@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import type { VigilConfig } from '../core/config.ts';
+import type { VigilConfig } from '../core/config-schema.ts';
 import { type Logger, silentLogger } from '../core/logger.ts';
 import { loadSensorSecret, sensorSecretFile, sessionKey } from '../core/session-key.ts';
 import type { SessionStatsEvent } from '../core/wire.ts';

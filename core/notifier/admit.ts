@@ -1,5 +1,5 @@
 import { type Alert, type AlertState, SEVERITIES, severityRank } from '../alert.ts';
-import type { ChannelEntry } from '../config.ts';
+import type { ChannelEntry } from '../config-schema.ts';
 import { keys, TTL } from '../store/keys.ts';
 import type { AdmitRequest, AdmitResult, Store } from '../store/store.ts';
 

@@ -1,7 +1,7 @@
 import { inject, injectable } from 'tsyringe';
 import type { Alert } from '../alert.ts';
 import type { Clock } from '../clock.ts';
-import type { VigilConfig } from '../config.ts';
+import type { VigilConfig } from '../config-schema.ts';
 import type { Channel } from '../contracts.ts';
 import { isDeliveryError, isRetryable } from '../errors.ts';
 import { type Logger, scrub } from '../logger.ts';

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { inject, injectable } from 'tsyringe';
 import { type Alert, type AlertInput, AlertInputSchema, type AlertState } from '../alert.ts';
 import type { Clock } from '../clock.ts';
-import type { ChannelEntry, VigilConfig } from '../config.ts';
+import type { ChannelEntry, VigilConfig } from '../config-schema.ts';
 import { AppError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { keys, TTL } from '../store/keys.ts';

@@ -1,5 +1,5 @@
 import { type Alert, severityRank } from '../alert.ts';
-import type { ChannelEntry } from '../config.ts';
+import type { ChannelEntry } from '../config-schema.ts';
 
 // The route stage: does this channel want this transition at all? Pure.
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ChannelCommonSchema, rootSchema } from '../../core/config.ts';
+import { ChannelCommonSchema, rootSchema } from '../../core/config-schema.ts';
 import type { Registry } from '../../core/registry.ts';
 import { knobSchemas } from './knob-schema.ts';
 

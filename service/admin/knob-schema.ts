@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { isMap, parseDocument } from 'yaml';
 import { z } from 'zod';
-import { knobSchemas as coreKnobSchemas, DEFAULT_CONFIG_PATH } from '../../core/config.ts';
+import { DEFAULT_CONFIG_PATH } from '../../core/config.ts';
+import { knobSchemas as coreKnobSchemas } from '../../core/config-schema.ts';
 import type { Registry } from '../../core/registry.ts';
 
 /** One knob section as the page builds its controls from it. */
