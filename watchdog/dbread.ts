@@ -9,10 +9,15 @@ import {
   type ConvertIssue,
   messageToInputs,
   newConvertCursor,
-  type OcSession,
   type SessionBulk,
 } from '../sensors/opencode/convert.ts';
-import { type DbMessageRow, type DbPartRow, dbMessage } from '../sensors/opencode/replay.ts';
+import {
+  type DbMessageRow,
+  type DbPartRow,
+  type DbSessionRow,
+  dbMessage,
+  dbSession,
+} from '../sensors/opencode/replay.ts';
 import { lit, SqliteReader } from '../sensors/opencode/sqlite.ts';
 import type { Collected, CollectOptions, LoadedSession } from './collect.ts';
 import { issueText, short } from './discover.ts';
@@ -149,14 +154,6 @@ interface ActiveRow {
   time_updated: number;
 }
 
-interface SessionRow {
-  id: string;
-  parent_id: string | null;
-  agent: string | null;
-  directory: string | null;
-  time_created: number;
-}
-
 interface MsgRow extends DbMessageRow {
   c: number;
 }
@@ -243,7 +240,7 @@ async function read(
   }
 
   // the active sessions and all their descendants, in the order the replay reader reads them
-  const tree = await db.all<SessionRow>(
+  const tree = await db.all<DbSessionRow>(
     `WITH RECURSIVE tree(id) AS (
        SELECT value FROM json_each(${lit(JSON.stringify([...updated.keys()]))})
        UNION SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id)
@@ -370,23 +367,14 @@ function statements(db: SqliteReader, s: TableSchema) {
 }
 type Stmts = ReturnType<typeof statements>;
 
-const ctxOf = (row: SessionRow) => JSON.stringify([row.parent_id, row.agent, row.directory]);
-
-function ocSession(row: SessionRow): OcSession {
-  return {
-    id: row.id,
-    ...(row.parent_id ? { parentID: row.parent_id } : {}),
-    ...(row.agent ? { agent: row.agent } : {}),
-    ...(row.directory ? { directory: row.directory } : {}),
-  };
-}
+const ctxOf = (row: DbSessionRow) => JSON.stringify([row.parent_id, row.agent, row.directory]);
 
 /** (time_created, id) order, as the replay reader's ORDER BY. */
 const before = (c1: number, id1: string, c2: number, id2: string) => c1 < c2 || (c1 === c2 && id1 < id2);
 
 async function readSession(
   q: Stmts,
-  row: SessionRow,
+  row: DbSessionRow,
   kept: CachedSession | undefined,
   incremental: boolean,
   log: Logger,
@@ -461,7 +449,7 @@ async function readSession(
   }
 }
 
-async function full(q: Stmts, row: SessionRow): Promise<CachedSession> {
+async function full(q: Stmts, row: DbSessionRow): Promise<CachedSession> {
   const zero: Mark = { n: 0, top: 0, t: 0 };
   const [m, p, rows] = await Promise.all([
     q.inc ? q.inc.markM(row.id) : zero,
@@ -492,12 +480,12 @@ const OUTPUT_PARTS = new Set(['text', 'tool', 'reasoning']);
 /** Convert `rows` (messages in order, each read with its parts) after the `kept` ones. */
 async function convert(
   q: Stmts,
-  row: SessionRow,
+  row: DbSessionRow,
   kept: CachedMessage[],
   rows: readonly MsgRow[],
 ): Promise<CachedMessage[]> {
   const sid = row.id;
-  const session = ocSession(row);
+  const session = dbSession(row);
   const out = kept;
   let cur = cursorAfter(kept);
   let offset = 0;
@@ -553,7 +541,7 @@ function newestWrite(msg: ReturnType<typeof dbMessage>, parts: readonly PartRow[
 
 const sameList = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, k) => x === b[k]);
 
-function loadedOf(row: SessionRow, s: CachedSession, active: boolean, updated: number, bulk: boolean): LoadedSession {
+function loadedOf(row: DbSessionRow, s: CachedSession, active: boolean, updated: number, bulk: boolean): LoadedSession {
   const inputs: ReplayInput[] = [];
   for (const m of s.msgs) for (const i of m.in) inputs.push(i);
   // stable: inputs of one time keep the converter's order

@@ -130,12 +130,22 @@ async function loadFolder(dir: string, opts: LoadOptions): Promise<LoadedInput> 
   return c.finish();
 }
 
-interface SessionRow {
+export interface DbSessionRow {
   id: string;
   parent_id: string | null;
   agent: string | null;
   directory: string | null;
   time_created: number;
+}
+
+/** A session row -> the session as opencode's API gives it (the fields the converter reads). */
+export function dbSession(row: DbSessionRow): OcSession {
+  return {
+    id: row.id,
+    ...(row.parent_id ? { parentID: row.parent_id } : {}),
+    ...(row.agent ? { agent: row.agent } : {}),
+    ...(row.directory ? { directory: row.directory } : {}),
+  };
 }
 
 export interface DbMessageRow {
@@ -169,7 +179,7 @@ async function loadSqlite(path: string, opts: LoadOptions): Promise<LoadedInput>
   const db = SqliteReader.open(path);
   try {
     await db.all('BEGIN');
-    const sessions = await db.all<SessionRow>(
+    const sessions = await db.all<DbSessionRow>(
       'SELECT id, parent_id, agent, directory, time_created FROM session ORDER BY time_created, id',
     );
     const msgs = (sid: string) =>
@@ -194,13 +204,7 @@ async function loadSqlite(path: string, opts: LoadOptions): Promise<LoadedInput>
         c.issue(where, 'data', `unreadable row (${(e as Error).message.slice(0, 80)})`);
         continue;
       }
-      const s: OcSession = {
-        id: row.id,
-        ...(row.parent_id ? { parentID: row.parent_id } : {}),
-        ...(row.agent ? { agent: row.agent } : {}),
-        ...(row.directory ? { directory: row.directory } : {}),
-      };
-      c.session(s, messages, where);
+      c.session(dbSession(row), messages, where);
     }
   } finally {
     await db.close();
