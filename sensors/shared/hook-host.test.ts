@@ -35,6 +35,52 @@ const closedPort = async () => {
 };
 
 describe('the hook host fails open', () => {
+  it('an answer past the deadline is not carried out: its directives are not acknowledged, so the next call gets them', async () => {
+    const block = { id: 'd1', type: 'block', session_id: 'a', root_id: 'a' };
+    const sent: string[] = [];
+    let slow = true;
+    const transport = {
+      request: async (_method: string, path: string) => {
+        sent.push(path);
+        if (path.startsWith('/directives/ack')) return {};
+        if (slow) await new Promise((r) => setTimeout(r, 200));
+        return { directives: [block] };
+      },
+    };
+    const asks: HookBridge = {
+      sensor: 'asks',
+      sessionOf: (p) => (p as { session_id: string }).session_id,
+      handle: (_p, io) =>
+        io.exchange([], 'a', (ds) => ({
+          output: { denied: ds.map((d) => d.id) },
+          acks: ds.map((d) => ({ id: d.id, root_id: d.root_id, session_id: d.session_id })),
+          markers: [],
+        })),
+    };
+    const host = new HookHost({
+      bridges: new Map([['asks', asks]]),
+      transport,
+      secret: randomBytes(32),
+      stateDir: mkdtempSync(join(tmpdir(), 'vigil-late-')),
+      version: 't',
+      deadlineMs: 50,
+    });
+    try {
+      expect(await host.handle('asks', JSON.stringify({ session_id: 'a' }), host.key)).toEqual({
+        status: 200,
+        body: '',
+      });
+      await host.close(); // the late call has finished
+      expect(sent.filter((p) => p.startsWith('/directives/ack'))).toEqual([]);
+      slow = false;
+      const next = await host.handle('asks', JSON.stringify({ session_id: 'a' }), host.key);
+      expect(JSON.parse(next.body)).toEqual({ denied: ['d1'] });
+      expect(sent.filter((p) => p.startsWith('/directives/ack'))).toHaveLength(1);
+    } finally {
+      await host.close();
+    }
+  });
+
   it('with nothing listening at the service it answers no opinion', async () => {
     const transport = httpTransport({ url: `http://127.0.0.1:${await closedPort()}`, timeoutMs: 500 });
     const h = hookHarness([claudeCodeBridge], { transport });

@@ -161,8 +161,13 @@ export class HookHost {
    * Never throws; anything it does not understand, or Vigil not answering, is no opinion.
    */
   async handle(sensor: string, body: Buffer | string, key: string | undefined): Promise<HookReply> {
-    const bridge = this.o.bridges.get(sensor);
-    if (!bridge)
+    const refused = this.refusal(sensor, key);
+    return refused ?? this.reduce(sensor, body);
+  }
+
+  /** Why a call to `sensor` with hook key `key` is refused (404, 401), or undefined: it is taken. */
+  refusal(sensor: string, key: string | undefined): HookReply | undefined {
+    if (!this.o.bridges.has(sensor))
       return {
         status: 404,
         body: '',
@@ -177,6 +182,13 @@ export class HookHost {
           message: 'headers.x-vigil-hook-key: missing or not this user\'s hook key (run "vigil install <agent>" again)',
         },
       };
+    return undefined;
+  }
+
+  /** A call `refusal` took: reduces the payload in memory and answers. */
+  async reduce(sensor: string, body: Buffer | string): Promise<HookReply> {
+    const bridge = this.o.bridges.get(sensor);
+    if (!bridge) return NO_OPINION;
     let raw: unknown;
     try {
       raw = JSON.parse(typeof body === 'string' ? body : body.toString('utf8'));
@@ -186,9 +198,11 @@ export class HookHost {
     const session = bridge.sessionOf(raw);
     if (session === undefined) return NO_OPINION;
     const observing = bridge.observes?.(raw) === true;
+    // set when the deadline answered for it: what Vigil sends back then is not carried out
+    const call = { late: false };
     const work = this.serial(`${sensor}\u0000${session}`, async () => {
       try {
-        const out = await bridge.handle(raw, this.io(sensor, session, observing));
+        const out = await bridge.handle(raw, this.io(sensor, session, observing, call));
         return out && !observing ? { status: 200, body: JSON.stringify(out) } : NO_OPINION;
       } catch (e) {
         this.o.onError?.(sensor, (e as Error)?.name ?? 'Error');
@@ -199,7 +213,10 @@ export class HookHost {
     const deadline = this.o.deadlineMs ?? 3_000;
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<HookReply>((resolve) => {
-      timer = setTimeout(() => resolve(NO_OPINION), deadline);
+      timer = setTimeout(() => {
+        call.late = true;
+        resolve(NO_OPINION);
+      }, deadline);
     });
     try {
       return await Promise.race([work, late]);
@@ -268,7 +285,7 @@ export class HookHost {
     return q.events;
   }
 
-  private io(sensor: string, session: string, observing = false): HookIo {
+  private io(sensor: string, session: string, observing: boolean, call: { late: boolean }): HookIo {
     const file = this.stateFile(sensor, session);
     const memo = `${sensor}\u0000${session}`;
     return {
@@ -306,7 +323,7 @@ export class HookHost {
         return r.text;
       },
       exchange: async (events, ask, decide) => {
-        if (!observing) return this.exchange(sensor, [...this.take(memo), ...events], ask, decide);
+        if (!observing) return this.exchange(sensor, [...this.take(memo), ...events], ask, decide, call);
         if (!events.length) return undefined;
         const q = this.queued.get(memo);
         if (q) q.events.push(...events);
@@ -337,13 +354,16 @@ export class HookHost {
     events: readonly ProgressEvent[],
     ask: string,
     decide: (directives: Directive[]) => HookAnswer,
+    call: { late: boolean },
   ): Promise<Record<string, unknown> | undefined> {
     const t = this.o.transport;
     const out = events.length
       ? await t.request('POST', '/progress', this.headers(sensor, named(events)), events)
       : await t.request('GET', `/directives?session=${encodeURIComponent(ask)}`, this.headers(sensor, [ask]));
     const d = DirectivesOut.safeParse(out);
-    if (!d.success) return undefined;
+    // Past the deadline the agent has gone on without an answer: the directives stay
+    // pending (not acknowledged) for the session's next call.
+    if (!d.success || call.late) return undefined;
     const a = decide(d.data.directives as Directive[]);
     if (a.acks.length)
       await t.request(

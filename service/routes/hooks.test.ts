@@ -355,6 +355,36 @@ describe('who may post to the hook endpoint', () => {
     expect((await post(s, 'nobody', {})).status).toBe(404);
   });
 
+  it('a refused call is refused before its body is read: a body past the limit is still 401 or 403, not 413', async () => {
+    const s = await service('memory');
+    const big = 'x'.repeat(40 * 1024 * 1024); // past the 32 MB body limit
+    const far = await s.app.inject({
+      method: 'POST',
+      url: '/hooks/claude-code',
+      remoteAddress: '192.0.2.7',
+      headers: { [HOOK_KEY_HEADER]: s.key, 'content-type': 'application/json' },
+      payload: big,
+    });
+    expect(far.statusCode).toBe(403);
+    const keyless = await s.app.inject({
+      method: 'POST',
+      url: '/hooks/claude-code',
+      remoteAddress: '127.0.0.1',
+      headers: { 'content-type': 'application/json' },
+      payload: big,
+    });
+    expect(keyless.statusCode).toBe(401);
+    // the same body with the key is read, and refused for its size
+    const keyed = await s.app.inject({
+      method: 'POST',
+      url: '/hooks/claude-code',
+      remoteAddress: '127.0.0.1',
+      headers: { [HOOK_KEY_HEADER]: s.key, 'content-type': 'application/json' },
+      payload: big,
+    });
+    expect(keyed.statusCode).toBe(413);
+  });
+
   it('a payload it cannot read is no opinion: 200 with nothing in it', async () => {
     const s = await service('memory');
     for (const body of [

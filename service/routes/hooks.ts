@@ -105,17 +105,21 @@ export const hookEndpoint =
         config: { auth: 'hook' },
         bodyLimit: o.bodyLimit,
         schema: { hide: true },
+        // Before the body is read: a peer off this machine, a wrong key or an unknown
+        // sensor is refused without its payload ever being buffered.
+        onRequest: async (req) => {
+          if (!isLoopbackPeer(req.socket.remoteAddress))
+            throw new AppError(
+              'HOOK_NOT_LOOPBACK',
+              'the hook endpoint answers hooks on this machine only (loopback); a sensor elsewhere runs `vigil relay` beside its agent',
+            );
+          const key = req.headers[HOOK_KEY_HEADER];
+          const r = hostOf().refusal(req.params.sensor, typeof key === 'string' ? key : undefined);
+          if (r?.refused) throw new AppError(r.refused.code as 'NOT_FOUND' | 'HOOK_KEY_MISMATCH', r.refused.message);
+        },
       },
       async (req, reply) => {
-        if (!isLoopbackPeer(req.socket.remoteAddress))
-          throw new AppError(
-            'HOOK_NOT_LOOPBACK',
-            'the hook endpoint answers hooks on this machine only (loopback); a sensor elsewhere runs `vigil relay` beside its agent',
-          );
-        const key = req.headers[HOOK_KEY_HEADER];
-        if (typeof key !== 'string') throw new AppError('HOOK_KEY_MISMATCH', `headers.${HOOK_KEY_HEADER}: missing`);
-        const r = await hostOf().handle(req.params.sensor, Buffer.isBuffer(req.body) ? req.body : '', key);
-        if (r.refused) throw new AppError(r.refused.code as 'NOT_FOUND' | 'HOOK_KEY_MISMATCH', r.refused.message);
+        const r = await hostOf().reduce(req.params.sensor, Buffer.isBuffer(req.body) ? req.body : '');
         reply.code(r.status);
         return r.body ? reply.type('application/json').send(r.body) : reply.send('');
       },
