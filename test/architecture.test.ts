@@ -101,8 +101,10 @@ describe('architecture', () => {
       'bin',
       'test',
       'config',
+      'docs',
+      'README.md',
     ]) {
-      for (const f of files(dir, /\.(ts|mjs|yaml|js)$/)) {
+      for (const f of dir === 'README.md' ? [dir] : files(dir, /\.(ts|mjs|yaml|js|md|json)$/)) {
         readFileSync(join(ROOT, f), 'utf8')
           .split('\n')
           .forEach((line, i) => {

@@ -6,7 +6,7 @@
 -- conflict, answered with what the key holds now; then the writes in order (count, then
 -- per write its op and key index and its arguments). Nothing is written unless
 -- everything checks. An outbox write ('x') appends its entry to the outbox stream. The
--- reply: {1, {entry ids}}. redis.ts fills in __STAMP_MARK__ and __STAMP_BYTES__ (a stamped
+-- reply: {1, {entry ids}}. scripts.ts fills in __STAMP_MARK__ and __STAMP_BYTES__ (a stamped
 -- value's first two bytes and the stamp's length) when it reads this file.
 local MARK = '__STAMP_MARK__'
 local STAMP = __STAMP_BYTES__
