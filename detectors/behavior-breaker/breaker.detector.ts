@@ -7,7 +7,7 @@ import type { Logger } from '../../core/logger.ts';
 import { Lru } from '../../core/lru.ts';
 import type { Store } from '../../core/store/store.ts';
 import type { SessionTree } from '../../core/tree.ts';
-import { onDiscard } from '../../core/unit.ts';
+import { afterCommit, onDiscard } from '../../core/unit.ts';
 import { ModelSchema, type RequestRecord } from '../../core/wire.ts';
 import {
   type BreakerAction,
@@ -186,7 +186,10 @@ export class BehaviorBreaker implements Detector {
     const out: Transition[] = [];
     const settled: string[] = [];
     for (const m of due) {
+      const before = this.rechecked.get(m);
       this.rechecked.set(m, now);
+      // judged again after a conflict: the recheck did not happen
+      onDiscard(() => (before === undefined ? this.rechecked.delete(m) : this.rechecked.set(m, before)));
       const cur = await this.store.get<TripState>(tripKey(m));
       if (cur?.tripped) {
         settled.push(m);
@@ -377,8 +380,9 @@ export class BehaviorBreaker implements Detector {
   }
 
   private async record(a: Extract<BreakerAction, { type: 'evidence' }>, kept: number): Promise<void> {
-    {
-      const e = a.evidence;
+    const e = a.evidence;
+    // logged once the evidence is stored: a unit judged again does not log it twice
+    afterCommit(() =>
       this.logger.info(
         {
           model: e.model,
@@ -389,9 +393,9 @@ export class BehaviorBreaker implements Detector {
           cooldown_ms: e.cooldown_ms,
         },
         `breaker ${e.decision} ${e.model}: ${e.note}`,
-      );
-      await this.store.pushCapped(e.decision === 'tripped' ? EVIDENCE : HELD, e, kept);
-    }
+      ),
+    );
+    await this.store.pushCapped(e.decision === 'tripped' ? EVIDENCE : HELD, e, kept);
   }
 
   async health(): Promise<Record<string, unknown>> {
